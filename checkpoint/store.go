@@ -1,0 +1,221 @@
+package checkpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/es-changefeed/es-changefeed/redisx"
+)
+
+// ShardID names one shard of one concrete index, by the index uuid (a
+// re-created index with the same name is a different index).
+type ShardID struct {
+	IndexUUID string
+	Shard     int
+}
+
+func (s ShardID) String() string { return redisx.CheckpointField(s.IndexUUID, s.Shard) }
+
+// IndexInfo is what the feed remembers of an index it has seen.
+type IndexInfo struct {
+	Name      string    `json:"name"`
+	Target    string    `json:"target"`
+	Shards    int       `json:"shards"`
+	FirstSeen time.Time `json:"first_seen"`
+}
+
+// State is the durable cursor of a feed.
+type State struct {
+	// Checkpoints is the highest seq no delivered (or skipped as not a
+	// document) per shard; absent when the shard was never read.
+	Checkpoints map[ShardID]int64
+	// Indices are the indices the feed has seen, by uuid.
+	Indices map[string]IndexInfo
+}
+
+// Batch is what one Commit writes atomically.
+type Batch struct {
+	// Events are appended to the stream in order.
+	Events []redisx.Event
+	// Checkpoints are set (HSET) per shard.
+	Checkpoints map[ShardID]int64
+	// Delivered ids are added to each shard's delivered set (SADD).
+	Delivered map[ShardID][]string
+	// Removed ids are removed from each shard's delivered set (SREM).
+	Removed map[ShardID][]string
+	// Indices are recorded (HSET) by uuid.
+	Indices map[string]IndexInfo
+}
+
+func (b Batch) empty() bool {
+	return len(b.Events) == 0 && len(b.Checkpoints) == 0 && len(b.Delivered) == 0 &&
+		len(b.Removed) == 0 && len(b.Indices) == 0
+}
+
+// Config configures a Store.
+type Config struct {
+	// Client is the Redis client. Required.
+	Client redis.UniversalClient
+	// Keys names the feed's keys. Required.
+	Keys redisx.Keys
+	// Lease fences commits. Required for Commit, not for Load.
+	Lease *redisx.Lease
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	if c.Client == nil {
+		return errors.New("checkpoint config: Client is nil")
+	}
+	if c.Keys.Feed() == "" {
+		return errors.New("checkpoint config: Keys is empty (use redisx.NewKeys)")
+	}
+	return nil
+}
+
+// Store loads and commits a feed's state. It is safe for concurrent use.
+type Store struct {
+	cfg Config
+}
+
+// New returns a Store.
+func New(cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Store{cfg: cfg}, nil
+}
+
+// Load reads the checkpoints and known indices.
+func (s *Store) Load(ctx context.Context) (State, error) {
+	st := State{Checkpoints: map[ShardID]int64{}, Indices: map[string]IndexInfo{}}
+	cps, err := s.cfg.Client.HGetAll(ctx, s.cfg.Keys.Checkpoints()).Result()
+	if err != nil {
+		return st, fmt.Errorf("load checkpoints %s: %w", s.cfg.Keys.Checkpoints(), err)
+	}
+	for field, v := range cps {
+		id, ok := parseShardField(field)
+		if !ok {
+			continue // other per-shard fields (e.g. gap counters) are not checkpoints
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return st, fmt.Errorf("load checkpoints %s: field %q = %q is not an integer", s.cfg.Keys.Checkpoints(), field, v)
+		}
+		st.Checkpoints[id] = n
+	}
+	idx, err := s.cfg.Client.HGetAll(ctx, s.cfg.Keys.Indices()).Result()
+	if err != nil {
+		return st, fmt.Errorf("load indices %s: %w", s.cfg.Keys.Indices(), err)
+	}
+	for uuid, v := range idx {
+		var info IndexInfo
+		if err := json.Unmarshal([]byte(v), &info); err != nil {
+			return st, fmt.Errorf("load indices %s: field %q: %w", s.cfg.Keys.Indices(), uuid, err)
+		}
+		st.Indices[uuid] = info
+	}
+	return st, nil
+}
+
+// parseShardField parses "<uuid>/<shard>".
+func parseShardField(f string) (ShardID, bool) {
+	i := strings.LastIndexByte(f, '/')
+	if i <= 0 {
+		return ShardID{}, false
+	}
+	n, err := strconv.Atoi(f[i+1:])
+	if err != nil || n < 0 || strings.Contains(f[:i], "/") {
+		return ShardID{}, false
+	}
+	return ShardID{IndexUUID: f[:i], Shard: n}, true
+}
+
+// Commit writes a batch in one MULTI/EXEC under WATCH of the lease: XADD
+// every event, SADD/SREM delivered ids, HSET checkpoints and indices. If the
+// lease is not (or no longer) ours, nothing is written and the error wraps
+// redisx.ErrLeaseLost. Any other error leaves it unknown whether the batch
+// was written: the caller must Load again before retrying, never resend.
+// On success the events' StreamID fields are set.
+func (s *Store) Commit(ctx context.Context, b Batch) error {
+	if s.cfg.Lease == nil {
+		return errors.New("checkpoint commit: the store has no Lease")
+	}
+	if b.empty() {
+		return nil
+	}
+	k := s.cfg.Keys
+	leaseKey := s.cfg.Lease.Key()
+	var adds []*redis.StringCmd
+	err := s.cfg.Client.Watch(ctx, func(tx *redis.Tx) error {
+		owner, err := tx.Get(ctx, leaseKey).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("read lease: %w", err)
+		}
+		if owner != s.cfg.Lease.Token() {
+			return redisx.ErrLeaseLost
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			adds = adds[:0]
+			for _, e := range b.Events {
+				adds = append(adds, p.XAdd(ctx, &redis.XAddArgs{Stream: k.Events(), Values: e.Values()}))
+			}
+			for id, ids := range b.Delivered {
+				if len(ids) > 0 {
+					p.SAdd(ctx, k.Delivered(id.IndexUUID, id.Shard), toAny(ids)...)
+				}
+			}
+			for id, ids := range b.Removed {
+				if len(ids) > 0 {
+					p.SRem(ctx, k.Delivered(id.IndexUUID, id.Shard), toAny(ids)...)
+				}
+			}
+			if len(b.Checkpoints) > 0 {
+				vals := make([]any, 0, 2*len(b.Checkpoints))
+				for id, cp := range b.Checkpoints {
+					vals = append(vals, id.String(), strconv.FormatInt(cp, 10))
+				}
+				p.HSet(ctx, k.Checkpoints(), vals...)
+			}
+			if len(b.Indices) > 0 {
+				vals := make([]any, 0, 2*len(b.Indices))
+				for uuid, info := range b.Indices {
+					j, err := json.Marshal(info)
+					if err != nil {
+						return err
+					}
+					vals = append(vals, uuid, string(j))
+				}
+				p.HSet(ctx, k.Indices(), vals...)
+			}
+			return nil
+		})
+		return err
+	}, leaseKey)
+	switch {
+	case err == nil:
+	case errors.Is(err, redis.TxFailedErr), errors.Is(err, redisx.ErrLeaseLost):
+		return fmt.Errorf("commit %d events to %s: %w", len(b.Events), k.Events(), redisx.ErrLeaseLost)
+	default:
+		return fmt.Errorf("commit %d events to %s: %w", len(b.Events), k.Events(), err)
+	}
+	for i, c := range adds {
+		b.Events[i].StreamID = c.Val()
+	}
+	return nil
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}

@@ -1,0 +1,151 @@
+package checkpoint_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/tests/redistest"
+)
+
+func newStore(tb testing.TB, feed string, ttl time.Duration) (*checkpoint.Store, *redisx.Lease, *redistest.Server) {
+	tb.Helper()
+	srv := redistest.Start(tb)
+	rdb, err := redisx.NewClient(srv.URL())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { rdb.Close() })
+	keys := redisx.NewKeys(feed)
+	lease, err := redisx.NewLease(redisx.LeaseConfig{Client: rdb, Key: keys.Lease(), TTL: ttl, Owner: "test"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	st, err := checkpoint.New(checkpoint.Config{Client: rdb, Keys: keys, Lease: lease})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return st, lease, srv
+}
+
+func upsert(uuid string, shard int, id string, seq int64) redisx.Event {
+	return redisx.Event{Op: redisx.OpUpsert, Index: "idx", IndexUUID: uuid, Shard: shard, ID: id, SeqNo: seq,
+		PrimaryTerm: 1, Version: 1, Source: json.RawMessage(`{"n":1}`)}
+}
+
+func TestStore_CommitThenLoad(t *testing.T) {
+	ctx := context.Background()
+	st, lease, srv := newStore(t, "commit", time.Second)
+	if ok, err := lease.TryAcquire(ctx); err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	sh0 := checkpoint.ShardID{IndexUUID: "U1", Shard: 0}
+	sh1 := checkpoint.ShardID{IndexUUID: "U1", Shard: 1}
+	b := checkpoint.Batch{
+		Events:      []redisx.Event{upsert("U1", 0, "a", 0), upsert("U1", 0, "b", 3), upsert("U1", 1, "a", 1)},
+		Checkpoints: map[checkpoint.ShardID]int64{sh0: 5, sh1: 1},
+		Delivered:   map[checkpoint.ShardID][]string{sh0: {"a", "b"}, sh1: {"a"}},
+		Indices:     map[string]checkpoint.IndexInfo{"U1": {Name: "idx", Target: "idx", Shards: 2, FirstSeen: time.Unix(100, 0).UTC()}},
+	}
+	if err := st.Commit(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range b.Events {
+		if e.StreamID == "" {
+			t.Errorf("event %d has no StreamID after commit", i)
+		}
+	}
+	got, err := st.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Checkpoints[sh0] != 5 || got.Checkpoints[sh1] != 1 || len(got.Checkpoints) != 2 {
+		t.Errorf("checkpoints = %v, want U1/0=5 U1/1=1", got.Checkpoints)
+	}
+	if info := got.Indices["U1"]; info.Name != "idx" || info.Shards != 2 || !info.FirstSeen.Equal(time.Unix(100, 0)) {
+		t.Errorf("index info = %+v", info)
+	}
+	rdb := srv.Client(t)
+	keys := redisx.NewKeys("commit")
+	msgs, err := rdb.XRange(ctx, keys.Events(), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 3 {
+		t.Fatalf("stream has %d entries, want 3", len(msgs))
+	}
+	for i, m := range msgs {
+		e, err := redisx.ParseEvent(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.ID != b.Events[i].ID || e.SeqNo != b.Events[i].SeqNo || e.StreamID != b.Events[i].StreamID {
+			t.Errorf("entry %d = %+v, want %+v", i, e, b.Events[i])
+		}
+	}
+	if ids, _ := rdb.SMembers(ctx, keys.Delivered("U1", 0)).Result(); len(ids) != 2 {
+		t.Errorf("delivered U1/0 = %v, want [a b]", ids)
+	}
+	// SREM in a later batch.
+	if err := st.Commit(ctx, checkpoint.Batch{Removed: map[checkpoint.ShardID][]string{sh0: {"a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := rdb.SMembers(ctx, keys.Delivered("U1", 0)).Result(); len(ids) != 1 || ids[0] != "b" {
+		t.Errorf("delivered U1/0 after SREM = %v, want [b]", ids)
+	}
+}
+
+func TestStore_CommitRefusedWithoutLease(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, lease *redisx.Lease, srv *redistest.Server)
+	}{
+		{"never acquired", func(t *testing.T, lease *redisx.Lease, srv *redistest.Server) {}},
+		{"another owner", func(t *testing.T, lease *redisx.Lease, srv *redistest.Server) {
+			srv.Client(t).Set(ctx, lease.Key(), "someone-else", time.Minute)
+		}},
+		{"expired and taken over", func(t *testing.T, lease *redisx.Lease, srv *redistest.Server) {
+			if ok, _ := lease.TryAcquire(ctx); !ok {
+				t.Fatal("acquire failed")
+			}
+			time.Sleep(150 * time.Millisecond) // TTL 100ms: expired
+			srv.Client(t).Set(ctx, lease.Key(), "standby", time.Minute)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, lease, srv := newStore(t, "fenced", 100*time.Millisecond)
+			tt.setup(t, lease, srv)
+			err := st.Commit(ctx, checkpoint.Batch{
+				Events:      []redisx.Event{upsert("U", 0, "a", 0)},
+				Checkpoints: map[checkpoint.ShardID]int64{{IndexUUID: "U", Shard: 0}: 0},
+			})
+			if !errors.Is(err, redisx.ErrLeaseLost) {
+				t.Fatalf("err = %v, want ErrLeaseLost", err)
+			}
+			keys := redisx.NewKeys("fenced")
+			rdb := srv.Client(t)
+			if n, _ := rdb.XLen(ctx, keys.Events()).Result(); n != 0 {
+				t.Errorf("stream has %d entries after a refused commit, want 0", n)
+			}
+			if n, _ := rdb.HLen(ctx, keys.Checkpoints()).Result(); n != 0 {
+				t.Errorf("checkpoints has %d fields after a refused commit, want 0", n)
+			}
+		})
+	}
+}
+
+func TestStore_LoadRejectsCorruptState(t *testing.T) {
+	ctx := context.Background()
+	st, _, srv := newStore(t, "corrupt", time.Second)
+	keys := redisx.NewKeys("corrupt")
+	srv.Client(t).HSet(ctx, keys.Checkpoints(), "U/0", "not-a-number")
+	if _, err := st.Load(ctx); err == nil {
+		t.Fatal("Load accepted a non-integer checkpoint")
+	}
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/relay"
+	"github.com/es-changefeed/es-changefeed/relay/es"
+)
+
+func runCommand() *cli.Command {
+	flags := []cli.Flag{
+		&cli.StringSliceFlag{Name: "es", Value: []string{es.DefaultURL}, Usage: "Elasticsearch/OpenSearch URL (repeat for several nodes)", Sources: cli.EnvVars("ESCF_ES_URL")},
+		&cli.StringFlag{Name: "es-user", Usage: "basic auth user", Sources: cli.EnvVars("ESCF_ES_USER")},
+		&cli.StringFlag{Name: "es-password", Usage: "basic auth password", Sources: cli.EnvVars("ESCF_ES_PASSWORD")},
+		&cli.StringFlag{Name: "redis", Value: "redis://localhost:6379/0", Usage: "Redis URL (redis:// or rediss://)", Sources: cli.EnvVars("ESCF_REDIS_URL")},
+		&cli.StringFlag{Name: "feed", Value: "default", Usage: "feed name: the Redis keys are escf:{<feed>}:…", Sources: cli.EnvVars("ESCF_FEED")},
+		&cli.StringSliceFlag{Name: "index", Usage: "index to follow (repeatable, comma-separated)", Sources: cli.EnvVars("ESCF_INDEX")},
+		&cli.DurationFlag{Name: "poll-interval", Value: relay.DefaultPollInterval, Usage: "pause after a round that found nothing", Sources: cli.EnvVars("ESCF_POLL_INTERVAL"), Validator: positiveDuration("poll-interval")},
+		&cli.IntFlag{Name: "batch-size", Value: relay.DefaultBatchSize, Usage: "search page size = most events per commit (1..10000)", Sources: cli.EnvVars("ESCF_BATCH_SIZE")},
+		&cli.StringFlag{Name: "from", Value: relay.FromBeginning, Usage: "start of shards without a checkpoint: beginning or now", Sources: cli.EnvVars("ESCF_FROM")},
+		&cli.DurationFlag{Name: "lease-ttl", Value: redisx.DefaultLeaseTTL, Usage: "relay lease TTL; a standby takes over within 2×TTL of the owner's death", Sources: cli.EnvVars("ESCF_LEASE_TTL"), Validator: positiveDuration("lease-ttl")},
+	}
+	return &cli.Command{
+		Name:   "run",
+		Usage:  "follow indices and write their changes to the feed's Redis Stream",
+		Flags:  append(flags, logFlags()...),
+		Action: runAction,
+	}
+}
+
+// runConfig is everything `run` needs, parsed and validated.
+type runConfig struct {
+	esURLs     []string
+	esUser     string
+	esPassword string
+	redisURL   string
+	feed       string
+	indices    []string
+	poll       time.Duration
+	batch      int
+	from       string
+	leaseTTL   time.Duration
+}
+
+func parseRunFlags(cmd *cli.Command) (runConfig, error) {
+	c := runConfig{
+		esURLs: splitList(cmd.StringSlice("es")), esUser: cmd.String("es-user"), esPassword: cmd.String("es-password"),
+		redisURL: cmd.String("redis"), feed: cmd.String("feed"), indices: splitList(cmd.StringSlice("index")),
+		poll: cmd.Duration("poll-interval"), batch: cmd.Int("batch-size"), from: cmd.String("from"),
+		leaseTTL: cmd.Duration("lease-ttl"),
+	}
+	if len(c.indices) == 0 {
+		return c, usagef("no index to follow: pass --index <name> (or ESCF_INDEX)")
+	}
+	if err := redisx.ValidateFeed(c.feed); err != nil {
+		return c, usageError{err}
+	}
+	if c.batch < 1 || c.batch > 10000 {
+		return c, usagef("--batch-size %d: want 1..10000", c.batch)
+	}
+	if c.from != relay.FromBeginning && c.from != relay.FromNow {
+		return c, usagef("--from %q: want beginning or now", c.from)
+	}
+	if err := (es.Config{URLs: c.esURLs}).Validate(); err != nil {
+		return c, usagef("--es: %v", err)
+	}
+	if _, err := url.Parse(c.redisURL); err != nil {
+		return c, usagef("--redis: %v", err)
+	}
+	return c, nil
+}
+
+func runAction(ctx context.Context, cmd *cli.Command) error {
+	log, err := newLogger(cmd, cmd.Root().ErrWriter)
+	if err != nil {
+		return err
+	}
+	cfg, err := parseRunFlags(cmd)
+	if err != nil {
+		return err
+	}
+	return runRelay(ctx, cfg, log)
+}
+
+// runRelay connects, checks what the user named, and runs the relay until
+// ctx ends.
+func runRelay(ctx context.Context, cfg runConfig, log *slog.Logger) error {
+	rdb, err := redisx.NewClient(cfg.redisURL)
+	if err != nil {
+		return usageError{fmt.Errorf("--redis: %w", err)}
+	}
+	defer rdb.Close()
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		return fmt.Errorf("cannot reach Redis at %s: %w", redisx.Redact(cfg.redisURL), err)
+	}
+	client, err := es.New(es.Config{URLs: cfg.esURLs, Username: cfg.esUser, Password: cfg.esPassword})
+	if err != nil {
+		return usageError{err}
+	}
+	info, err := client.Info(pctx)
+	if err != nil {
+		return explainES(err, cfg)
+	}
+	log.Info("connected", "distribution", info.Distribution, "version", info.Version, "cluster", info.ClusterName)
+	if _, err := client.Stats(pctx, cfg.indices); err != nil {
+		return explainES(err, cfg)
+	}
+	keys := redisx.NewKeys(cfg.feed)
+	lease, err := redisx.NewLease(redisx.LeaseConfig{Client: rdb, Key: keys.Lease(), TTL: cfg.leaseTTL, Owner: ownerName()})
+	if err != nil {
+		return err
+	}
+	store, err := checkpoint.New(checkpoint.Config{Client: rdb, Keys: keys, Lease: lease})
+	if err != nil {
+		return err
+	}
+	r, err := relay.New(relay.Config{ES: client, Store: store, Lease: lease, Indices: cfg.indices,
+		PollInterval: cfg.poll, BatchSize: cfg.batch, From: cfg.from, Logger: log})
+	if err != nil {
+		return usageError{err}
+	}
+	log.Info("relay starting", "feed", cfg.feed, "stream", keys.Events(), "indices", cfg.indices)
+	return r.Run(ctx)
+}
+
+// explainES turns a failed startup call into one line a user can act on.
+func explainES(err error, cfg runConfig) error {
+	var ee *es.Error
+	switch {
+	case errors.Is(err, es.ErrUnauthorized):
+		who := "no credentials"
+		if cfg.esUser != "" {
+			who = fmt.Sprintf("user %q", cfg.esUser)
+		}
+		return fmt.Errorf("Elasticsearch refused %s (%v): check --es-user/--es-password", who, err)
+	case errors.Is(err, es.ErrNotFound):
+		return fmt.Errorf("%v: check --index (the indices must exist)", err)
+	case errors.As(err, &ee) && ee.Status == 0:
+		return fmt.Errorf("cannot reach Elasticsearch: %v: check --es", err)
+	}
+	return err
+}
+

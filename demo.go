@@ -1,0 +1,315 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/urfave/cli/v3"
+
+	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/relay"
+	"github.com/es-changefeed/es-changefeed/relay/es"
+	"github.com/es-changefeed/es-changefeed/tests/esemu"
+)
+
+const demoIndex = "demo-orders"
+
+func demoCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "demo",
+		Usage: "run an emulated cluster, an embedded Redis, a writer, the relay and a reader in-process; print each event",
+		Flags: append([]cli.Flag{
+			&cli.DurationFlag{Name: "duration", Value: 10 * time.Second, Usage: "how long the writer writes", Validator: positiveDuration("duration")},
+			&cli.StringFlag{Name: "flavor", Value: string(esemu.FlavorES9), Usage: "emulated product: es-7, es-8, es-9, opensearch-2, opensearch-3"},
+		}, logFlags()...),
+		Action: demoAction,
+	}
+}
+
+func demoAction(ctx context.Context, cmd *cli.Command) error {
+	log, err := newLogger(cmd, cmd.Root().ErrWriter)
+	if err != nil {
+		return err
+	}
+	flavor, err := esemu.ParseFlavor(cmd.String("flavor"))
+	if err != nil {
+		return usageError{err}
+	}
+	return runDemo(ctx, flavor, cmd.Duration("duration"), cmd.Root().Writer, cmd.Root().ErrWriter, log)
+}
+
+// runDemo wires everything in-process: writes for d, waits until the feed
+// caught up, checks that replaying the stream reproduces the index, and
+// returns.
+func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, stdout, stderr io.Writer, log *slog.Logger) error {
+	cluster, err := esemu.New(esemu.Config{Flavor: flavor, Nodes: 3, OutOfOrder: true})
+	if err != nil {
+		return err
+	}
+	defer cluster.Close()
+	mr, err := miniredis.Run()
+	if err != nil {
+		return fmt.Errorf("start embedded Redis: %w", err)
+	}
+	defer mr.Close()
+	fmt.Fprintf(stderr, "demo: %s %s with 3 nodes at %s, embedded Redis at %s; writing for %s\n",
+		flavor, flavor.Version(), cluster.URL(), mr.Addr(), d)
+
+	w := &demoWriter{url: cluster.URL(), rng: rand.New(rand.NewPCG(1, 2))}
+	if err := w.put("/"+demoIndex, `{"settings":{"number_of_shards":3,"number_of_replicas":1}}`); err != nil {
+		return err
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	keys := redisx.NewKeys("demo")
+	lease, err := redisx.NewLease(redisx.LeaseConfig{Client: rdb, Key: keys.Lease(), Owner: "demo"})
+	if err != nil {
+		return err
+	}
+	store, err := checkpoint.New(checkpoint.Config{Client: rdb, Keys: keys, Lease: lease})
+	if err != nil {
+		return err
+	}
+	client, err := es.New(es.Config{URLs: []string{cluster.URL()}})
+	if err != nil {
+		return err
+	}
+	r, err := relay.New(relay.Config{ES: client, Store: store, Lease: lease, Indices: []string{demoIndex},
+		PollInterval: 100 * time.Millisecond, BatchSize: 200, Logger: log})
+	if err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	relayErr := make(chan error, 1)
+	wg.Add(2)
+	go func() { defer wg.Done(); relayErr <- r.Run(runCtx) }()
+	printed := make(chan string, 1)
+	var events int
+	go func() {
+		defer wg.Done()
+		last, n := demoPrint(runCtx, rdb, keys.Events(), stdout)
+		events = n
+		printed <- last
+	}()
+
+	writeCtx, stopWriting := context.WithTimeout(ctx, d)
+	werr := w.run(writeCtx)
+	stopWriting()
+	if werr != nil && ctx.Err() == nil {
+		stop()
+		wg.Wait()
+		return werr
+	}
+	if ctx.Err() != nil {
+		stop()
+		wg.Wait()
+		return nil
+	}
+	if err := demoCatchUp(ctx, cluster, store, relayErr); err != nil {
+		stop()
+		wg.Wait()
+		return err
+	}
+	// Let the reader drain the stream before stopping it.
+	lastID := ""
+	if msgs, err := rdb.XRevRangeN(ctx, keys.Events(), "+", "-", 1).Result(); err == nil && len(msgs) == 1 {
+		lastID = msgs[0].ID
+	}
+	demoWaitPrinted(ctx, rdb, keys.Events(), lastID)
+	stop()
+	wg.Wait()
+	<-printed
+	docs, err := demoVerify(ctx, cluster, rdb, keys.Events())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "demo: %d writes, %d events; replaying the stream gives the %d documents of the index, exactly\n",
+		w.writes, events, docs)
+	return nil
+}
+
+// demoWriter creates and updates orders, some with custom routing.
+type demoWriter struct {
+	url    string
+	rng    *rand.Rand
+	ids    []string
+	writes int
+}
+
+func (w *demoWriter) put(path, body string) error {
+	req, err := http.NewRequest(http.MethodPut, w.url+path, bytes.NewBufferString(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("demo writer: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("demo writer: PUT %s: %s", path, b)
+	}
+	w.writes++
+	return nil
+}
+
+var demoStatuses = []string{"new", "paid", "packed", "shipped", "delivered"}
+
+func (w *demoWriter) run(ctx context.Context) error {
+	t := time.NewTicker(40 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		var id, path string
+		if len(w.ids) < 5 || w.rng.IntN(3) == 0 {
+			id = fmt.Sprintf("order-%d", len(w.ids)+1)
+			w.ids = append(w.ids, id)
+		} else {
+			id = w.ids[w.rng.IntN(len(w.ids))]
+		}
+		path = "/" + demoIndex + "/_doc/" + id
+		customer := fmt.Sprintf("customer-%d", len(w.ids)%4) // stable per id: the routing of a document never changes
+		for i := range w.ids {
+			if w.ids[i] == id {
+				customer = fmt.Sprintf("customer-%d", (i+1)%4)
+			}
+		}
+		if id[len(id)-1]%2 == 0 {
+			path += "?routing=" + customer // routed documents land by customer
+		}
+		doc := map[string]any{"customer": customer, "status": demoStatuses[w.rng.IntN(len(demoStatuses))],
+			"amount": w.rng.IntN(50000) / 100.0}
+		b, _ := json.Marshal(doc)
+		if err := w.put(path, string(b)); err != nil {
+			return err
+		}
+	}
+}
+
+// demoPrint prints every stream entry as a JSON line until ctx ends.
+func demoPrint(ctx context.Context, rdb *redis.Client, stream string, out io.Writer) (string, int) {
+	last, n := "0", 0
+	enc := json.NewEncoder(out)
+	for ctx.Err() == nil {
+		res, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{stream, last}, Count: 100, Block: 100 * time.Millisecond}).Result()
+		if err != nil {
+			continue
+		}
+		for _, s := range res {
+			for _, m := range s.Messages {
+				e, err := redisx.ParseEvent(m)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "demo:", err)
+					continue
+				}
+				_ = enc.Encode(e)
+				last = m.ID
+				n++
+			}
+		}
+	}
+	return last, n
+}
+
+// demoCatchUp waits until every shard's checkpoint reached its gcp.
+func demoCatchUp(ctx context.Context, c *esemu.Cluster, store *checkpoint.Store, relayErr <-chan error) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-relayErr:
+			return fmt.Errorf("relay stopped: %v", err)
+		default:
+		}
+		st, err := store.Load(ctx)
+		if err == nil && demoCaughtUp(c, st) {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return errors.New("demo: the relay did not catch up within 30s")
+}
+
+func demoCaughtUp(c *esemu.Cluster, st checkpoint.State) bool {
+	for n := 0; n < 3; n++ {
+		ss, err := c.ShardState(demoIndex, n)
+		if err != nil {
+			return false
+		}
+		found := false
+		for id, cp := range st.Checkpoints {
+			if id.Shard == n && cp == ss.GlobalCheckpoint && ss.GlobalCheckpoint == ss.NextSeqNo-1 {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func demoWaitPrinted(ctx context.Context, rdb *redis.Client, stream, lastID string) {
+	// The reader reads in 100-entry pages every 100ms at most; give it time.
+	n, _ := rdb.XLen(ctx, stream).Result()
+	time.Sleep(time.Duration(n/100+3) * 100 * time.Millisecond)
+}
+
+// demoVerify replays the stream (last upsert per shard and id) and compares
+// it with the documents of the index.
+func demoVerify(ctx context.Context, c *esemu.Cluster, rdb *redis.Client, stream string) (int, error) {
+	msgs, err := rdb.XRange(ctx, stream, "-", "+").Result()
+	if err != nil {
+		return 0, err
+	}
+	type key struct {
+		shard int
+		id    string
+	}
+	replay := map[key]redisx.Event{}
+	for _, m := range msgs {
+		e, err := redisx.ParseEvent(m)
+		if err != nil {
+			return 0, err
+		}
+		replay[key{e.Shard, e.ID}] = e
+	}
+	docs := 0
+	for n := 0; n < 3; n++ {
+		vis, err := c.VisibleDocs(demoIndex, n, 0)
+		if err != nil {
+			return 0, err
+		}
+		for _, d := range vis {
+			docs++
+			e, ok := replay[key{n, d.ID}]
+			if !ok || e.SeqNo != d.SeqNo || !bytes.Equal(e.Source, d.Source) {
+				return 0, fmt.Errorf("demo: the stream does not reproduce document %s of shard %d (seq %d)", d.ID, n, d.SeqNo)
+			}
+		}
+	}
+	if docs != len(replay) {
+		return 0, fmt.Errorf("demo: the stream has %d documents, the index %d", len(replay), docs)
+	}
+	return docs, nil
+}

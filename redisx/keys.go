@@ -1,0 +1,69 @@
+package redisx
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Keys names a feed's Redis keys. Every key carries the same hash tag
+// ({feed}), so one MULTI/EXEC over them is legal in Redis Cluster:
+//
+//	escf:{feed}:events                      stream of events
+//	escf:{feed}:checkpoints                 hash  <uuid>/<shard> -> checkpoint
+//	escf:{feed}:indices                     hash  <uuid> -> index JSON
+//	escf:{feed}:delivered:<uuid>:<shard>    set   ids delivered as upserts
+//	escf:{feed}:lease                       string owner token (PX TTL)
+//	escf:{feed}:dead                        stream of dead-lettered events
+type Keys struct {
+	feed string
+	tag  string
+}
+
+// ValidateFeed checks a feed name: 1-100 characters, none of them braces,
+// whitespace or ':' (they would break the hash tag or the key layout).
+func ValidateFeed(feed string) error {
+	if feed == "" {
+		return fmt.Errorf("feed name is empty: pass --feed with a name such as \"orders\"")
+	}
+	if len(feed) > 100 {
+		return fmt.Errorf("feed name %q is %d characters long: use at most 100", feed, len(feed))
+	}
+	if i := strings.IndexAny(feed, "{}: \t\r\n"); i >= 0 {
+		return fmt.Errorf("feed name %q contains %q: use letters, digits, '-', '_' or '.'", feed, feed[i])
+	}
+	return nil
+}
+
+// NewKeys returns the key names of a feed. The feed must pass ValidateFeed.
+func NewKeys(feed string) Keys {
+	return Keys{feed: feed, tag: "{" + feed + "}"}
+}
+
+// Feed is the feed name.
+func (k Keys) Feed() string { return k.feed }
+
+// Events is the stream of change events.
+func (k Keys) Events() string { return "escf:" + k.tag + ":events" }
+
+// Checkpoints is the hash of per-shard checkpoints.
+func (k Keys) Checkpoints() string { return "escf:" + k.tag + ":checkpoints" }
+
+// Indices is the hash of the indices the feed has seen, by uuid.
+func (k Keys) Indices() string { return "escf:" + k.tag + ":indices" }
+
+// Delivered is the set of ids delivered as upserts from one shard.
+func (k Keys) Delivered(indexUUID string, shard int) string {
+	return "escf:" + k.tag + ":delivered:" + indexUUID + ":" + strconv.Itoa(shard)
+}
+
+// Lease is the relay lease.
+func (k Keys) Lease() string { return "escf:" + k.tag + ":lease" }
+
+// Dead is the dead-letter stream.
+func (k Keys) Dead() string { return "escf:" + k.tag + ":dead" }
+
+// CheckpointField is the checkpoints-hash field of one shard.
+func CheckpointField(indexUUID string, shard int) string {
+	return indexUUID + "/" + strconv.Itoa(shard)
+}

@@ -1,0 +1,271 @@
+package es
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Info is what GET / says about the cluster.
+type Info struct {
+	Name         string
+	ClusterName  string
+	Version      string
+	Distribution string // "elasticsearch" or "opensearch"
+}
+
+// Info reads the root endpoint. It is the cheapest proof that the cluster is
+// reachable and the credentials work.
+func (c *Client) Info(ctx context.Context) (Info, error) {
+	var r struct {
+		Name        string `json:"name"`
+		ClusterName string `json:"cluster_name"`
+		Version     struct {
+			Number       string `json:"number"`
+			Distribution string `json:"distribution"`
+		} `json:"version"`
+	}
+	if err := c.do(ctx, "read cluster info (GET /)", http.MethodGet, "/", nil, &r); err != nil {
+		return Info{}, err
+	}
+	if r.Version.Number == "" {
+		return Info{}, &Error{Op: "read cluster info (GET /)", Status: 200, Reason: "no version.number in the answer: is this Elasticsearch or OpenSearch?", Err: ErrMalformed}
+	}
+	d := r.Version.Distribution
+	if d == "" {
+		d = "elasticsearch"
+	}
+	return Info{Name: r.Name, ClusterName: r.ClusterName, Version: r.Version.Number, Distribution: d}, nil
+}
+
+// ShardCheckpoints is what the primary copy of one shard reports.
+type ShardCheckpoints struct {
+	Shard            int
+	GlobalCheckpoint int64
+	LocalCheckpoint  int64
+	MaxSeqNo         int64
+}
+
+// IndexStats are the primaries' checkpoints of one index. Shards whose
+// primary is not started are absent.
+type IndexStats struct {
+	Name   string
+	UUID   string
+	Shards []ShardCheckpoints // by shard number
+}
+
+// Stats reads GET /<indices>/_stats/get?level=shards and returns, per index,
+// the checkpoints of each shard's primary copy (replicas may lag). A response
+// with failed shards is an error.
+func (c *Client) Stats(ctx context.Context, indices []string) (map[string]IndexStats, error) {
+	op := "read shard stats of " + strings.Join(indices, ",")
+	var r struct {
+		Shards  shardsHeader `json:"_shards"`
+		Indices map[string]struct {
+			UUID   string `json:"uuid"`
+			Shards map[string][]struct {
+				Routing struct {
+					State   string `json:"state"`
+					Primary bool   `json:"primary"`
+				} `json:"routing"`
+				SeqNo *struct {
+					MaxSeqNo         int64 `json:"max_seq_no"`
+					LocalCheckpoint  int64 `json:"local_checkpoint"`
+					GlobalCheckpoint int64 `json:"global_checkpoint"`
+				} `json:"seq_no"`
+			} `json:"shards"`
+		} `json:"indices"`
+	}
+	path := "/" + escapeIndices(indices) + "/_stats/get?level=shards"
+	if err := c.do(ctx, op, http.MethodGet, path, nil, &r); err != nil {
+		return nil, err
+	}
+	if r.Shards.Failed > 0 {
+		return nil, r.Shards.check(op)
+	}
+	out := make(map[string]IndexStats, len(r.Indices))
+	for name, ix := range r.Indices {
+		if ix.UUID == "" {
+			return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("index %s has no uuid in the stats", name), Err: ErrMalformed}
+		}
+		st := IndexStats{Name: name, UUID: ix.UUID}
+		for num, copies := range ix.Shards {
+			n, err := strconv.Atoi(num)
+			if err != nil {
+				return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("shard key %q of %s is not a number", num, name), Err: ErrMalformed}
+			}
+			for _, cp := range copies {
+				if !cp.Routing.Primary || cp.Routing.State != "STARTED" {
+					continue
+				}
+				if cp.SeqNo == nil {
+					return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("shard %d of %s has no seq_no stats", n, name), Err: ErrMalformed}
+				}
+				st.Shards = append(st.Shards, ShardCheckpoints{Shard: n, GlobalCheckpoint: cp.SeqNo.GlobalCheckpoint,
+					LocalCheckpoint: cp.SeqNo.LocalCheckpoint, MaxSeqNo: cp.SeqNo.MaxSeqNo})
+			}
+		}
+		sort.Slice(st.Shards, func(i, j int) bool { return st.Shards[i].Shard < st.Shards[j].Shard })
+		out[name] = st
+	}
+	return out, nil
+}
+
+// IndexSettings are the settings the relay needs.
+type IndexSettings struct {
+	UUID                    string
+	Shards                  int
+	SequenceNumbersDisabled bool
+}
+
+// Settings reads GET /<index>/_settings?flat_settings=true.
+func (c *Client) Settings(ctx context.Context, index string) (IndexSettings, error) {
+	op := "read settings of " + index
+	var r map[string]struct {
+		Settings map[string]any `json:"settings"`
+	}
+	if err := c.do(ctx, op, http.MethodGet, "/"+url.PathEscape(index)+"/_settings?flat_settings=true", nil, &r); err != nil {
+		return IndexSettings{}, err
+	}
+	ix, ok := r[index]
+	if !ok {
+		return IndexSettings{}, &Error{Op: op, Status: 200, Reason: "the answer does not name the index", Err: ErrMalformed}
+	}
+	get := func(k string) string {
+		if v, ok := ix.Settings[k]; ok {
+			return fmt.Sprint(v)
+		}
+		return ""
+	}
+	n, err := strconv.Atoi(get("index.number_of_shards"))
+	if err != nil || n < 1 {
+		return IndexSettings{}, &Error{Op: op, Status: 200, Reason: "no index.number_of_shards", Err: ErrMalformed}
+	}
+	return IndexSettings{UUID: get("index.uuid"), Shards: n, SequenceNumbersDisabled: get("index.disable_sequence_numbers") == "true"}, nil
+}
+
+// Refresh makes every operation processed so far searchable on every copy.
+// A refresh that failed on any copy is an error (unassigned copies are not
+// failures: they serve no searches).
+func (c *Client) Refresh(ctx context.Context, index string) error {
+	op := "refresh " + index
+	var r struct {
+		Shards shardsHeader `json:"_shards"`
+	}
+	if err := c.do(ctx, op, http.MethodPost, "/"+url.PathEscape(index)+"/_refresh", nil, &r); err != nil {
+		return err
+	}
+	if r.Shards.Failed > 0 {
+		return r.Shards.check(op)
+	}
+	return nil
+}
+
+// Hit is one document of a shard page.
+type Hit struct {
+	ID          string
+	Routing     string
+	SeqNo       int64
+	PrimaryTerm int64
+	Version     int64
+	Source      json.RawMessage
+}
+
+// ShardPage asks for one page of a shard's documents with After < _seq_no <= UpTo.
+type ShardPage struct {
+	Index string
+	Shard int
+	// After is exclusive (the checkpoint, or the last seq no of the previous
+	// page); UpTo inclusive (the global checkpoint).
+	After int64
+	UpTo  int64
+	Size  int
+}
+
+// SearchShard returns the next page of a shard's documents in _seq_no
+// order: range (After, UpTo], sorted by _seq_no, paged by search_after,
+// with _seq_no, _primary_term and _version. Any response that reports a
+// failed shard, a timeout, more than the one shard asked for, or a hit out of
+// range or order is an error.
+func (c *Client) SearchShard(ctx context.Context, p ShardPage) ([]Hit, error) {
+	op := fmt.Sprintf("search shard %d of %s", p.Shard, p.Index)
+	body := map[string]any{
+		"query":               map[string]any{"range": map[string]any{"_seq_no": map[string]any{"gt": p.After, "lte": p.UpTo}}},
+		"sort":                []any{map[string]any{"_seq_no": "asc"}},
+		"size":                p.Size,
+		"seq_no_primary_term": true,
+		"version":             true,
+		"track_total_hits":    false,
+	}
+	if p.After >= 0 {
+		body["search_after"] = []any{p.After}
+	}
+	var r struct {
+		TimedOut bool         `json:"timed_out"`
+		Shards   shardsHeader `json:"_shards"`
+		Hits     struct {
+			Hits []struct {
+				Index       string          `json:"_index"`
+				ID          string          `json:"_id"`
+				Routing     string          `json:"_routing"`
+				SeqNo       *int64          `json:"_seq_no"`
+				PrimaryTerm *int64          `json:"_primary_term"`
+				Version     *int64          `json:"_version"`
+				Source      json.RawMessage `json:"_source"`
+			} `json:"hits"`
+		} `json:"hits"`
+	}
+	path := "/" + url.PathEscape(p.Index) + "/_search?preference=_shards:" + strconv.Itoa(p.Shard)
+	if err := c.do(ctx, op, http.MethodPost, path, body, &r); err != nil {
+		return nil, err
+	}
+	if err := r.Shards.check(op); err != nil {
+		return nil, err
+	}
+	if r.Shards.Total != 1 {
+		return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("the search covered %d shards, want exactly shard %d", r.Shards.Total, p.Shard), Err: ErrMalformed}
+	}
+	if r.TimedOut {
+		return nil, &Error{Op: op, Status: 200, Reason: "the search timed out (partial page)", Err: ErrPartial}
+	}
+	if len(r.Hits.Hits) > p.Size {
+		return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("%d hits for size %d", len(r.Hits.Hits), p.Size), Err: ErrMalformed}
+	}
+	hits := make([]Hit, len(r.Hits.Hits))
+	last := p.After
+	for i, h := range r.Hits.Hits {
+		bad := func(why string) error {
+			return &Error{Op: op, Status: 200, Reason: fmt.Sprintf("hit %d (_id %q): %s", i, h.ID, why), Err: ErrMalformed}
+		}
+		switch {
+		case h.SeqNo == nil || h.PrimaryTerm == nil:
+			return nil, bad("no _seq_no/_primary_term")
+		case h.Version == nil:
+			return nil, bad("no _version")
+		case *h.SeqNo <= last:
+			return nil, bad(fmt.Sprintf("_seq_no %d is not above %d", *h.SeqNo, last))
+		case *h.SeqNo > p.UpTo:
+			return nil, bad(fmt.Sprintf("_seq_no %d is above the global checkpoint %d", *h.SeqNo, p.UpTo))
+		case h.Index != p.Index:
+			return nil, bad(fmt.Sprintf("from index %q", h.Index))
+		case len(h.Source) == 0:
+			return nil, bad("no _source (is _source disabled in the mapping?)")
+		}
+		last = *h.SeqNo
+		hits[i] = Hit{ID: h.ID, Routing: h.Routing, SeqNo: *h.SeqNo, PrimaryTerm: *h.PrimaryTerm, Version: *h.Version, Source: h.Source}
+	}
+	return hits, nil
+}
+
+func escapeIndices(names []string) string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = url.PathEscape(n)
+	}
+	return strings.Join(out, ",")
+}

@@ -1,0 +1,290 @@
+// Package es is the relay's Elasticsearch/OpenSearch client: the few calls a
+// change feed needs (root info, shard-level stats, settings, refresh, one
+// shard's search page), built on opensearch-go v4's transport with request
+// and response types of its own, and strict about partial answers: a
+// response with failed shards or a timeout is an error, never data.
+package es
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/opensearch-project/opensearch-go/v4"
+)
+
+// DefaultURL is the cluster address when Config.URLs is empty.
+const DefaultURL = "http://localhost:9200"
+
+// DefaultRequestTimeout bounds one HTTP request when Config.RequestTimeout
+// is zero.
+const DefaultRequestTimeout = 30 * time.Second
+
+// Config configures a Client.
+type Config struct {
+	// URLs are the cluster's HTTP addresses. Default [DefaultURL].
+	URLs []string
+	// Username and Password enable basic auth. Default: none.
+	Username string
+	Password string
+	// RequestTimeout bounds each request. Default 30s.
+	RequestTimeout time.Duration
+	// Transport overrides the HTTP transport (TLS settings). Default: Go's.
+	Transport http.RoundTripper
+}
+
+// Validate names the first bad URL.
+func (c Config) Validate() error {
+	for _, u := range c.URLs {
+		if err := validateURL(u); err != nil {
+			return err
+		}
+	}
+	if c.RequestTimeout < 0 {
+		return fmt.Errorf("es config: RequestTimeout = %s: want >= 0", c.RequestTimeout)
+	}
+	return nil
+}
+
+func validateURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("bad Elasticsearch URL %q: %v (want http://host:9200 or https://host:9200)", redactURL(raw), err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("bad Elasticsearch URL %q: scheme %q (want http://host:9200 or https://host:9200)", redactURL(raw), u.Scheme)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("bad Elasticsearch URL %q: no host (want http://host:9200)", redactURL(raw))
+	}
+	return nil
+}
+
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+// Client talks to one cluster. It is safe for concurrent use.
+type Client struct {
+	os      *opensearch.Client
+	timeout time.Duration
+	urls    []string
+}
+
+// New returns a client. It does not contact the cluster (see Info).
+func New(cfg Config) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(cfg.URLs) == 0 {
+		cfg.URLs = []string{DefaultURL}
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	discover := false
+	c, err := opensearch.NewClient(opensearch.Config{
+		Addresses:             cfg.URLs,
+		Username:              cfg.Username,
+		Password:              cfg.Password,
+		Transport:             cfg.Transport,
+		DisableRetry:          true, // the relay retries whole rounds itself
+		DiscoverNodesOnStart:  &discover,
+		HealthCheckMaxRetries: -1,
+		MaxRetryClusterHealth: -1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("Elasticsearch client for %s: %w", strings.Join(cfg.URLs, ","), err)
+	}
+	urls := make([]string, len(cfg.URLs))
+	for i, u := range cfg.URLs {
+		urls[i] = redactURL(u)
+	}
+	return &Client{os: c, timeout: cfg.RequestTimeout, urls: urls}, nil
+}
+
+// Error is a failed call: an error response from the cluster (Status > 0)
+// or a transport failure (Status 0, Err set).
+type Error struct {
+	// Op says what was attempted, e.g. "search shard 2 of orders".
+	Op     string
+	Status int
+	// Type and Reason come from ES's error body (root cause first).
+	Type   string
+	Reason string
+	Err    error
+}
+
+func (e *Error) Error() string {
+	switch {
+	case e.Status == 0 && e.Err != nil:
+		return fmt.Sprintf("%s: %v", e.Op, e.Err)
+	case e.Type != "":
+		return fmt.Sprintf("%s: HTTP %d %s: %s", e.Op, e.Status, e.Type, e.Reason)
+	default:
+		return fmt.Sprintf("%s: HTTP %d: %s", e.Op, e.Status, e.Reason)
+	}
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Temporary reports whether retrying later may succeed: connection errors,
+// 429, 5xx, partial results and timeouts.
+func (e *Error) Temporary() bool {
+	return e.Status == 0 || e.Status == http.StatusTooManyRequests || e.Status >= 500 ||
+		errors.Is(e.Err, ErrPartial)
+}
+
+// Sentinels for errors.Is.
+var (
+	// ErrPartial marks a response that reported failed shards or a timeout.
+	ErrPartial = errors.New("partial response")
+	// ErrNotFound marks a 404 for a missing index.
+	ErrNotFound = errors.New("not found")
+	// ErrUnauthorized marks 401 and 403 answers.
+	ErrUnauthorized = errors.New("not authorized")
+	// ErrMalformed marks a response that does not have the expected shape.
+	ErrMalformed = errors.New("malformed response")
+)
+
+// do sends a request and decodes a 2xx JSON body into out. Other statuses
+// become *Error.
+func (c *Client) do(ctx context.Context, op, method, path string, body any, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return &Error{Op: op, Err: err}
+		}
+		rd = bytes.NewReader(b)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, path, rd)
+	if err != nil {
+		return &Error{Op: op, Err: err}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.os.Perform(req)
+	if err != nil {
+		return &Error{Op: op, Err: c.explainTransport(err)}
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return &Error{Op: op, Err: fmt.Errorf("read response: %w", err)}
+	}
+	if resp.StatusCode >= 300 {
+		return decodeError(op, resp.StatusCode, data)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return &Error{Op: op, Status: resp.StatusCode, Err: fmt.Errorf("%w: %v", ErrMalformed, err), Reason: "undecodable body"}
+	}
+	return nil
+}
+
+func (c *Client) explainTransport(err error) error {
+	var ne net.Error
+	var oe *net.OpError
+	switch {
+	case errors.As(err, &oe) && oe.Op == "dial":
+		return fmt.Errorf("cannot connect to %s: %w", strings.Join(c.urls, ","), err)
+	case errors.As(err, &ne) && ne.Timeout():
+		return fmt.Errorf("no answer from %s within %s: %w", strings.Join(c.urls, ","), c.timeout, err)
+	}
+	return err
+}
+
+// decodeError reads ES's error body: {"error":{"root_cause":[…],"type","reason"},"status"},
+// {"error":"text","status"}, or plain text (OpenSearch's 401).
+func decodeError(op string, status int, data []byte) error {
+	e := &Error{Op: op, Status: status}
+	var body struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(data, &body) == nil && len(body.Error) > 0 {
+		var obj struct {
+			Type      string `json:"type"`
+			Reason    string `json:"reason"`
+			RootCause []struct {
+				Type   string `json:"type"`
+				Reason string `json:"reason"`
+			} `json:"root_cause"`
+		}
+		var text string
+		switch {
+		case json.Unmarshal(body.Error, &obj) == nil:
+			e.Type, e.Reason = obj.Type, obj.Reason
+			if len(obj.RootCause) > 0 && obj.RootCause[0].Type != "" {
+				e.Type, e.Reason = obj.RootCause[0].Type, obj.RootCause[0].Reason
+			}
+		case json.Unmarshal(body.Error, &text) == nil:
+			e.Reason = text
+		}
+	}
+	if e.Reason == "" {
+		e.Reason = strings.TrimSpace(string(data))
+		if len(e.Reason) > 200 {
+			e.Reason = e.Reason[:200] + "…"
+		}
+	}
+	switch {
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		e.Err = ErrUnauthorized
+	case status == http.StatusNotFound && (e.Type == "index_not_found_exception" || e.Type == ""):
+		e.Err = ErrNotFound
+	}
+	return e
+}
+
+// shardsHeader is the _shards object of broadcast and search responses.
+type shardsHeader struct {
+	Total      int `json:"total"`
+	Successful int `json:"successful"`
+	Skipped    int `json:"skipped"`
+	Failed     int `json:"failed"`
+	Failures   []struct {
+		Shard  int    `json:"shard"`
+		Index  string `json:"index"`
+		Reason struct {
+			Type   string `json:"type"`
+			Reason string `json:"reason"`
+		} `json:"reason"`
+	} `json:"failures"`
+}
+
+func (h shardsHeader) check(op string) error {
+	if h.Failed == 0 && h.Successful+h.Skipped == h.Total {
+		return nil
+	}
+	why := fmt.Sprintf("%d of %d shards failed", h.Failed, h.Total)
+	if h.Failed == 0 {
+		why = fmt.Sprintf("only %d of %d shards answered", h.Successful+h.Skipped, h.Total)
+	}
+	if len(h.Failures) > 0 {
+		f := h.Failures[0]
+		why += fmt.Sprintf(" (shard %d of %s: %s: %s)", f.Shard, f.Index, f.Reason.Type, f.Reason.Reason)
+	}
+	return &Error{Op: op, Status: http.StatusOK, Reason: why, Err: ErrPartial}
+}

@@ -1,0 +1,135 @@
+// Package redistest starts real redis-server processes for tests, each on a
+// free loopback port, stopped when the test ends.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is a running redis-server.
+type Server struct {
+	Addr string
+	Dir  string
+	Port int
+
+	tb   testing.TB
+	args []string
+	cmd  *exec.Cmd
+}
+
+// Options tweak a server.
+type Options struct {
+	// Args are extra redis-server arguments, e.g. "--appendonly", "yes".
+	Args []string
+}
+
+// Start runs redis-server on a free 127.0.0.1 port and waits for PING. The
+// server is killed in tb.Cleanup. A missing redis-server fails the test with
+// the command that installs it.
+func Start(tb testing.TB, opts ...Options) *Server {
+	tb.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatalf("redis-server not found on PATH: install it with `apt-get install -y redis-server` (make test does this)")
+	}
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	s := &Server{tb: tb, Dir: tb.TempDir()}
+	s.Port = freePort(tb)
+	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
+	s.args = append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(s.Port), "--dir", s.Dir,
+		"--save", "", "--appendonly", "no", "--protected-mode", "yes", "--daemonize", "no",
+		"--logfile", filepath.Join(s.Dir, "redis.log")}, o.Args...)
+	s.start(bin)
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+func (s *Server) start(bin string) {
+	s.tb.Helper()
+	s.cmd = exec.Command(bin, s.args...)
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := s.cmd.Start(); err != nil {
+		s.tb.Fatalf("start redis-server: %v", err)
+	}
+	if err := s.waitPing(10 * time.Second); err != nil {
+		log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+		s.tb.Fatalf("redis-server on %s did not answer PING: %v\n%s", s.Addr, err, log)
+	}
+}
+
+func (s *Server) waitPing(d time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	deadline := time.Now().Add(d)
+	var err error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err = c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return err
+}
+
+// URL is redis://127.0.0.1:<port>/0.
+func (s *Server) URL() string { return fmt.Sprintf("redis://%s/0", s.Addr) }
+
+// Client returns a new client to the server, closed in tb.Cleanup.
+func (s *Server) Client(tb testing.TB) *redis.Client {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Stop kills the server (idempotent).
+func (s *Server) Stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Restart kills the server and starts it again on the same port and dir
+// (with persistence options, data survives per those options).
+func (s *Server) Restart() {
+	s.tb.Helper()
+	s.Stop()
+	bin, _ := exec.LookPath("redis-server")
+	s.start(bin)
+}
+
+// Pause stops the server process (SIGSTOP) until Resume.
+func (s *Server) Pause() { _ = syscall.Kill(s.cmd.Process.Pid, syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() { _ = syscall.Kill(s.cmd.Process.Pid, syscall.SIGCONT) }
+
+func freePort(tb testing.TB) int {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("find a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
