@@ -144,6 +144,9 @@ func parseShardField(f string) (ShardID, bool) {
 // redisx.ErrLeaseLost. Any other error leaves it unknown whether the batch
 // was written: the caller must Load again before retrying, never resend.
 // On success the events' StreamID fields are set.
+//
+// The lease's own renewal (PEXPIRE) also aborts a watched transaction; such
+// an abort wrote nothing, so Commit checks the owner again and retries.
 func (s *Store) Commit(ctx context.Context, b Batch) error {
 	if s.cfg.Lease == nil {
 		return errors.New("checkpoint commit: the store has no Lease")
@@ -151,18 +154,43 @@ func (s *Store) Commit(ctx context.Context, b Batch) error {
 	if b.empty() {
 		return nil
 	}
+	for attempt := 0; ; attempt++ {
+		err := s.commitOnce(ctx, b)
+		if !errors.Is(err, redis.TxFailedErr) {
+			return err
+		}
+		// EXEC returned nil: the lease key was touched. Ours still?
+		owner, gerr := s.cfg.Client.Get(ctx, s.cfg.Lease.Key()).Result()
+		if gerr != nil && !errors.Is(gerr, redis.Nil) {
+			return fmt.Errorf("commit %d events to %s: read lease after an aborted EXEC: %w", len(b.Events), s.cfg.Keys.Events(), gerr)
+		}
+		if owner != s.cfg.Lease.Token() || attempt >= 10 {
+			return fmt.Errorf("commit %d events to %s: %w", len(b.Events), s.cfg.Keys.Events(), redisx.ErrLeaseLost)
+		}
+	}
+}
+
+// commitOnce runs one WATCH … EXEC. WATCH and the owner check share one
+// round trip, MULTI … EXEC the second.
+func (s *Store) commitOnce(ctx context.Context, b Batch) error {
 	k := s.cfg.Keys
 	leaseKey := s.cfg.Lease.Key()
 	var adds []*redis.StringCmd
 	err := s.cfg.Client.Watch(ctx, func(tx *redis.Tx) error {
-		owner, err := tx.Get(ctx, leaseKey).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
+		var owner *redis.StringCmd
+		if _, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Do(ctx, "WATCH", leaseKey)
+			owner = p.Get(ctx, leaseKey)
+			return nil
+		}); err != nil && !errors.Is(err, redis.Nil) {
+			tx.Unwatch(ctx)
 			return fmt.Errorf("read lease: %w", err)
 		}
-		if owner != s.cfg.Lease.Token() {
+		if owner.Val() != s.cfg.Lease.Token() {
+			tx.Unwatch(ctx)
 			return redisx.ErrLeaseLost
 		}
-		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			adds = adds[:0]
 			for _, e := range b.Events {
 				adds = append(adds, p.XAdd(ctx, &redis.XAddArgs{Stream: k.Events(), Values: e.Values()}))
@@ -198,10 +226,12 @@ func (s *Store) Commit(ctx context.Context, b Batch) error {
 			return nil
 		})
 		return err
-	}, leaseKey)
+	})
 	switch {
 	case err == nil:
-	case errors.Is(err, redis.TxFailedErr), errors.Is(err, redisx.ErrLeaseLost):
+	case errors.Is(err, redis.TxFailedErr):
+		return err
+	case errors.Is(err, redisx.ErrLeaseLost):
 		return fmt.Errorf("commit %d events to %s: %w", len(b.Events), k.Events(), redisx.ErrLeaseLost)
 	default:
 		return fmt.Errorf("commit %d events to %s: %w", len(b.Events), k.Events(), err)

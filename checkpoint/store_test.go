@@ -149,3 +149,31 @@ func TestStore_LoadRejectsCorruptState(t *testing.T) {
 		t.Fatal("Load accepted a non-integer checkpoint")
 	}
 }
+
+// TestStore_CommitSurvivesLeaseRenewal: the owner's own renewals (PEXPIRE)
+// touch the watched lease key and abort EXEC; that must not be taken for a
+// lost lease.
+func TestStore_CommitSurvivesLeaseRenewal(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, lease, srv := newStore(t, "renewing", 60*time.Millisecond) // renewed every 20ms
+	if err := lease.Acquire(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	go lease.Keep(ctx)
+	sh := checkpoint.ShardID{IndexUUID: "U", Shard: 0}
+	deadline := time.Now().Add(time.Second)
+	n := 0
+	for ; time.Now().Before(deadline); n++ {
+		evs := make([]redisx.Event, 50)
+		for i := range evs {
+			evs[i] = upsert("U", 0, "d", int64(n*50+i))
+		}
+		if err := st.Commit(ctx, checkpoint.Batch{Events: evs, Checkpoints: map[checkpoint.ShardID]int64{sh: int64(n)}}); err != nil {
+			t.Fatalf("commit %d: %v", n, err)
+		}
+	}
+	if got, _ := srv.Client(t).XLen(ctx, redisx.NewKeys("renewing").Events()).Result(); got != int64(n*50) {
+		t.Fatalf("stream has %d entries after %d commits of 50, want %d", got, n, n*50)
+	}
+}

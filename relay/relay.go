@@ -229,6 +229,7 @@ type cursor struct {
 	stored map[checkpoint.ShardID]int64 // checkpoints as last loaded
 	known  map[string]bool              // index uuids recorded in the indices hash
 	seen   bool                         // an index of this name was adopted by this process
+	told   string                       // the uuid last announced in the log
 
 	uuid string
 	cps  map[int]int64 // shard -> checkpoint of uuid; absent: never read
@@ -346,8 +347,8 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 	if settings.UUID != "" && settings.UUID != st.UUID {
 		return fmt.Errorf("index %s changed while being read (uuid %s, then %s)", name, st.UUID, settings.UUID)
 	}
-	if cur.seen && cur.uuid != "" {
-		r.log.Warn("index was re-created: following the new index from its beginning", logIndex, name, "old_uuid", cur.uuid, logUUID, st.UUID)
+	if cur.told != "" && cur.told != st.UUID {
+		r.log.Warn("index was re-created: following the new index from its beginning", logIndex, name, "old_uuid", cur.told, logUUID, st.UUID)
 	}
 	cps := map[int]int64{}
 	for id, cp := range cur.stored {
@@ -375,7 +376,10 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 	}
 	cur.known[st.UUID] = true
 	cur.uuid, cur.cps, cur.seen = st.UUID, cps, true
-	r.log.Info("following index", logIndex, name, logUUID, st.UUID, "shards", settings.Shards, "checkpoints", len(cps))
+	if cur.told != st.UUID {
+		cur.told = st.UUID
+		r.log.Info("following index", logIndex, name, logUUID, st.UUID, "shards", settings.Shards, "checkpoints", len(cps))
+	}
 	return nil
 }
 
@@ -401,9 +405,7 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 		}
 		ids := make([]string, len(hits))
 		for i, h := range hits {
-			batch.Events[i] = redisx.Event{Op: redisx.OpUpsert, Index: name, IndexUUID: cur.uuid, Shard: shard,
-				ID: h.ID, Routing: h.Routing, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm, Version: h.Version,
-				Source: h.Source, Target: name}
+			batch.Events[i] = upsertEvent(name, cur.uuid, shard, name, h)
 			ids[i] = h.ID
 		}
 		if len(ids) > 0 {
@@ -421,6 +423,14 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 		}
 		after = next
 	}
+}
+
+// upsertEvent maps a hit to its event: the document as the op with that seq
+// no wrote it.
+func upsertEvent(index, uuid string, shard int, target string, h es.Hit) redisx.Event {
+	return redisx.Event{Op: redisx.OpUpsert, Index: index, IndexUUID: uuid, Shard: shard,
+		ID: h.ID, Routing: h.Routing, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm, Version: h.Version,
+		Source: h.Source, Target: target}
 }
 
 // commit writes a batch. Once started, a commit is not abandoned because

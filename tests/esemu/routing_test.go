@@ -3,9 +3,31 @@ package esemu
 import (
 	"encoding/binary"
 	"testing"
-
-	"github.com/spaolacci/murmur3"
 )
+
+func TestMurmur3x86_32_ReferenceVectors(t *testing.T) {
+	// MurmurHash3_x86_32 reference values over raw bytes, covering every
+	// tail length (0-3 bytes after the 4-byte blocks).
+	tests := []struct {
+		in   string
+		seed uint32
+		want uint32
+	}{
+		{"", 0, 0},
+		{"", 1, 0x514e28b7},
+		{"a", 0, 0x3c2569b2},
+		{"ab", 0, 0x9bbfd75f},
+		{"abc", 0, 0xb3dd93fa},
+		{"abcd", 0, 0x43ed676a},
+		{"hello", 0, 0x248bfa47},
+		{"The quick brown fox jumps over the lazy dog", 0, 0x2e4ff723},
+	}
+	for _, tt := range tests {
+		if got := murmur3x86_32([]byte(tt.in), tt.seed); got != tt.want {
+			t.Errorf("murmur3x86_32(%q, %d) = %#x, want %#x", tt.in, tt.seed, got, tt.want)
+		}
+	}
+}
 
 func TestMurmur3UTF16_ESVectors(t *testing.T) {
 	// ES's Murmur3HashFunction vectors: murmur3_x86_32, seed 0, over the
@@ -43,7 +65,7 @@ func TestMurmur3UTF16_EncodesLittleEndianCodeUnits(t *testing.T) {
 			}
 			buf = binary.LittleEndian.AppendUint16(buf, uint16(r))
 		}
-		want := int32(murmur3.Sum32WithSeed(buf, 0))
+		want := int32(murmur3x86_32(buf, 0))
 		if got := murmur3UTF16(s); got != want {
 			t.Errorf("murmur3UTF16(%q) = %d, want %d", s, got, want)
 		}

@@ -1,0 +1,338 @@
+// Package e2e runs the feed end to end: the emulator as the cluster, a real
+// redis-server, the relay in-process or as the built binary.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/relay"
+	"github.com/es-changefeed/es-changefeed/relay/es"
+	"github.com/es-changefeed/es-changefeed/tests/esemu"
+)
+
+// binaryPath is the es-changefeed binary built once for the package.
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+func binary(tb testing.TB) string {
+	tb.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "escf-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "es-changefeed")
+		cmd := exec.Command("go", "build", "-o", binPath, ".")
+		cmd.Dir = filepath.Join("..", "..")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		tb.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// cluster starts an emulator closed at the end of the test.
+func cluster(tb testing.TB, cfg esemu.Config) *esemu.Cluster {
+	tb.Helper()
+	c, err := esemu.New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// httpDo sends a JSON request and returns status and body.
+func httpDo(tb testing.TB, method, url, body string) (int, []byte) {
+	tb.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ct := "application/json"
+	if strings.HasSuffix(strings.SplitN(url, "?", 2)[0], "/_bulk") {
+		ct = "application/x-ndjson"
+	}
+	req.Header.Set("Content-Type", ct)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func mustDo(tb testing.TB, method, url, body string) []byte {
+	tb.Helper()
+	st, b := httpDo(tb, method, url, body)
+	if st >= 300 {
+		tb.Fatalf("%s %s: HTTP %d: %s", method, url, st, b)
+	}
+	return b
+}
+
+func createIndex(tb testing.TB, c *esemu.Cluster, name string, shards, replicas int) {
+	tb.Helper()
+	mustDo(tb, "PUT", c.URL()+"/"+name, fmt.Sprintf(`{"settings":{"number_of_shards":%d,"number_of_replicas":%d}}`, shards, replicas))
+}
+
+// feed is an in-process relay on a real Redis.
+type feed struct {
+	name  string
+	rdb   *redis.Client
+	keys  redisx.Keys
+	store *checkpoint.Store
+	lease *redisx.Lease
+	stop  context.CancelFunc
+	done  chan error
+}
+
+// startRelay runs a relay in-process until the test ends (or f.halt).
+func startRelay(tb testing.TB, c *esemu.Cluster, redisURL, feedName string, indices []string, mod func(*relay.Config)) *feed {
+	tb.Helper()
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	tb.Cleanup(func() { rdb.Close() })
+	keys := redisx.NewKeys(feedName)
+	lease, err := redisx.NewLease(redisx.LeaseConfig{Client: rdb, Key: keys.Lease(), TTL: time.Second, Owner: "test"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	store, err := checkpoint.New(checkpoint.Config{Client: rdb, Keys: keys, Lease: lease})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	client, err := es.New(es.Config{URLs: []string{c.URL()}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg := relay.Config{ES: client, Store: store, Lease: lease, Indices: indices, PollInterval: 50 * time.Millisecond,
+		BatchSize: 100, MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(testWriter{tb}, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	if mod != nil {
+		mod(&cfg)
+	}
+	r, err := relay.New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &feed{name: feedName, rdb: rdb, keys: keys, store: store, lease: lease, stop: cancel, done: make(chan error, 1)}
+	go func() { f.done <- r.Run(ctx) }()
+	tb.Cleanup(f.halt)
+	return f
+}
+
+func (f *feed) halt() {
+	f.stop()
+	select {
+	case <-f.done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// testWriter sends log lines to t.Log (until the test ends).
+type testWriter struct{ tb testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	defer func() { _ = recover() }() // logging after the test ended
+	w.tb.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// entries reads the whole stream.
+func entries(tb testing.TB, rdb *redis.Client, stream string) []redisx.Event {
+	tb.Helper()
+	msgs, err := rdb.XRange(context.Background(), stream, "-", "+").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := make([]redisx.Event, len(msgs))
+	for i, m := range msgs {
+		e, err := redisx.ParseEvent(m)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out[i] = e
+	}
+	return out
+}
+
+// docKey is a document's identity: one _id on two shards is two documents.
+type docKey struct {
+	uuid  string
+	shard int
+	id    string
+}
+
+// doc is a document as the cluster holds it or the stream replays it.
+type doc struct {
+	routing string
+	seq     int64
+	source  string
+}
+
+func compact(b []byte) string {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return string(b)
+	}
+	return buf.String()
+}
+
+// replay applies the stream: the last upsert per document wins, deletes
+// remove.
+func replay(evs []redisx.Event) map[docKey]doc {
+	out := map[docKey]doc{}
+	for _, e := range evs {
+		k := docKey{e.IndexUUID, e.Shard, e.ID}
+		switch e.Op {
+		case redisx.OpUpsert:
+			out[k] = doc{routing: e.Routing, seq: e.SeqNo, source: compact(e.Source)}
+		case redisx.OpDelete:
+			delete(out, k)
+		}
+	}
+	return out
+}
+
+// clusterDocs returns the documents of an index: the primaries' views after
+// a refresh.
+func clusterDocs(tb testing.TB, c *esemu.Cluster, index string) map[docKey]doc {
+	tb.Helper()
+	mustDo(tb, "POST", c.URL()+"/"+index+"/_refresh", "")
+	uuid := indexUUID(tb, c, index)
+	out := map[docKey]doc{}
+	for n := 0; ; n++ {
+		st, err := c.ShardState(index, n)
+		if err != nil {
+			break
+		}
+		primary := -1
+		for i, cp := range st.Copies {
+			if cp.Primary && cp.Started {
+				primary = i
+			}
+		}
+		if primary < 0 {
+			tb.Fatalf("shard %d of %s has no started primary", n, index)
+		}
+		vis, err := c.VisibleDocs(index, n, primary)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, d := range vis {
+			out[docKey{uuid, n, d.ID}] = doc{routing: d.Routing, seq: d.SeqNo, source: compact(d.Source)}
+		}
+	}
+	return out
+}
+
+func indexUUID(tb testing.TB, c *esemu.Cluster, index string) string {
+	tb.Helper()
+	var r map[string]struct {
+		Settings map[string]any `json:"settings"`
+	}
+	if err := json.Unmarshal(mustDo(tb, "GET", c.URL()+"/"+index+"/_settings?flat_settings=true", ""), &r); err != nil {
+		tb.Fatal(err)
+	}
+	return fmt.Sprint(r[index].Settings["index.uuid"])
+}
+
+// diffDocs describes how two document sets differ (empty when equal).
+func diffDocs(want, got map[docKey]doc) string {
+	var lines []string
+	for k, w := range want {
+		g, ok := got[k]
+		switch {
+		case !ok:
+			lines = append(lines, fmt.Sprintf("missing %v (seq %d)", k, w.seq))
+		case g != w:
+			lines = append(lines, fmt.Sprintf("differs %v: stream %+v, cluster %+v", k, g, w))
+		}
+	}
+	for k, g := range got {
+		if _, ok := want[k]; !ok {
+			lines = append(lines, fmt.Sprintf("extra %v (seq %d)", k, g.seq))
+		}
+	}
+	sort.Strings(lines)
+	if len(lines) > 20 {
+		lines = append(lines[:20], fmt.Sprintf("… and %d more", len(lines)-20))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// waitCaughtUp waits until every shard of the indices has a stored
+// checkpoint equal to its gcp and the gcp covers every op started.
+func waitCaughtUp(tb testing.TB, c *esemu.Cluster, store *checkpoint.Store, indices []string, timeout time.Duration) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	var why string
+	for time.Now().Before(deadline) {
+		why = caughtUp(tb, c, store, indices)
+		if why == "" {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	tb.Fatalf("the feed did not catch up within %s: %s", timeout, why)
+}
+
+func caughtUp(tb testing.TB, c *esemu.Cluster, store *checkpoint.Store, indices []string) string {
+	st, err := store.Load(context.Background())
+	if err != nil {
+		return err.Error()
+	}
+	for _, ix := range indices {
+		uuid := indexUUID(tb, c, ix)
+		for n := 0; ; n++ {
+			ss, err := c.ShardState(ix, n)
+			if err != nil {
+				break
+			}
+			if ss.GlobalCheckpoint != ss.NextSeqNo-1 {
+				return fmt.Sprintf("%s/%d: gcp %d behind next seq %d", ix, n, ss.GlobalCheckpoint, ss.NextSeqNo)
+			}
+			cp, ok := st.Checkpoints[checkpoint.ShardID{IndexUUID: uuid, Shard: n}]
+			if ss.GlobalCheckpoint >= 0 && (!ok || cp != ss.GlobalCheckpoint) {
+				return fmt.Sprintf("%s/%d: checkpoint %d (stored %v), gcp %d", ix, n, cp, ok, ss.GlobalCheckpoint)
+			}
+		}
+	}
+	return ""
+}

@@ -1,0 +1,253 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/es-changefeed/es-changefeed/tests/esemu"
+	"github.com/es-changefeed/es-changefeed/tests/redistest"
+)
+
+// writer writes random creates and updates (some with custom routing) to an
+// index until stop is closed.
+type writer struct {
+	url, index string
+	id         int
+	rng        *rand.Rand
+	docs       []string          // ids this writer created
+	routing    map[string]string // id -> routing (fixed per document)
+	ops        int
+}
+
+func (w *writer) run(tb testing.TB, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		switch {
+		case w.rng.IntN(5) == 0:
+			w.bulk(tb)
+		default:
+			w.one(tb)
+		}
+	}
+}
+
+func (w *writer) pick() (string, string, bool) {
+	if len(w.docs) == 0 || w.rng.IntN(2) == 0 {
+		id := fmt.Sprintf("w%d-%d", w.id, len(w.docs))
+		w.docs = append(w.docs, id)
+		if w.rng.IntN(3) == 0 {
+			w.routing[id] = fmt.Sprintf("tenant-%d", w.rng.IntN(7))
+		}
+		return id, w.routing[id], true
+	}
+	id := w.docs[w.rng.IntN(len(w.docs))]
+	return id, w.routing[id], false
+}
+
+func (w *writer) source(id string) string {
+	b, _ := json.Marshal(map[string]any{"writer": w.id, "id": id, "n": w.rng.IntN(1 << 20), "note": strings.Repeat("x", w.rng.IntN(40))})
+	return string(b)
+}
+
+func (w *writer) one(tb testing.TB) {
+	id, routing, fresh := w.pick()
+	q := ""
+	if routing != "" {
+		q = "?routing=" + routing
+	}
+	if !fresh && w.rng.IntN(2) == 0 {
+		body := fmt.Sprintf(`{"doc":{"n":%d,"patched":true}}`, w.rng.IntN(1<<20))
+		mustDo(tb, "POST", w.url+"/"+w.index+"/_update/"+id+q, body)
+	} else {
+		mustDo(tb, "PUT", w.url+"/"+w.index+"/_doc/"+id+q, w.source(id))
+	}
+	w.ops++
+}
+
+func (w *writer) bulk(tb testing.TB) {
+	var b strings.Builder
+	n := 2 + w.rng.IntN(15)
+	for i := 0; i < n; i++ {
+		id, routing, _ := w.pick()
+		meta := map[string]any{"_index": w.index, "_id": id}
+		if routing != "" {
+			meta["routing"] = routing
+		}
+		m, _ := json.Marshal(map[string]any{"index": meta})
+		b.Write(m)
+		b.WriteByte('\n')
+		b.WriteString(w.source(id))
+		b.WriteByte('\n')
+	}
+	body := mustDo(tb, "POST", w.url+"/_bulk", b.String())
+	if strings.Contains(string(body), `"errors":true`) {
+		tb.Errorf("bulk had item errors: %s", body)
+	}
+	w.ops += n
+}
+
+// TestRelay_Mirror is the seed's CI flow: 4 writers index and update
+// documents (with and without custom routing) for 8s into 3 shards × 1
+// replica on 3 nodes with out-of-order completion, while the relay runs;
+// then the stream replayed equals the index exactly.
+func TestRelay_Mirror(t *testing.T) {
+	d := 8 * time.Second
+	if testing.Short() {
+		d = 2 * time.Second
+	}
+	c := cluster(t, esemu.Config{Nodes: 3, OutOfOrder: true, MaxCompletionDelay: 3 * time.Millisecond})
+	createIndex(t, c, "mirror", 3, 1)
+	srv := redistest.Start(t)
+	f := startRelay(t, c, srv.URL(), "mirror", []string{"mirror"}, nil)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	writers := make([]*writer, 4)
+	for i := range writers {
+		writers[i] = &writer{url: c.URL(), index: "mirror", id: i, rng: rand.New(rand.NewPCG(uint64(i), 99)), routing: map[string]string{}}
+		wg.Add(1)
+		go func(w *writer) { defer wg.Done(); w.run(t, stop) }(writers[i])
+	}
+	time.Sleep(d)
+	close(stop)
+	wg.Wait()
+	waitCaughtUp(t, c, f.store, []string{"mirror"}, 30*time.Second)
+
+	evs := entries(t, f.rdb, f.keys.Events())
+	want := clusterDocs(t, c, "mirror")
+	got := replay(evs)
+	ops, routed := 0, 0
+	for _, w := range writers {
+		ops += w.ops
+		routed += len(w.routing)
+	}
+	t.Logf("writes %d (%d documents routed), stream entries %d, documents %d", ops, routed, len(evs), len(want))
+	if diff := diffDocs(want, got); diff != "" {
+		t.Fatalf("the replayed stream differs from the index:\n%s", diff)
+	}
+	if len(want) < 100 {
+		t.Fatalf("only %d documents written: the test did not exercise the relay", len(want))
+	}
+	// Per shard, seq nos in the stream strictly increase: no duplicates,
+	// delivered in order.
+	last := map[docKey]int64{}
+	for _, e := range evs {
+		k := docKey{e.IndexUUID, e.Shard, ""}
+		if prev, ok := last[k]; ok && e.SeqNo <= prev {
+			t.Fatalf("shard %d: seq %d after %d", e.Shard, e.SeqNo, prev)
+		}
+		last[k] = e.SeqNo
+	}
+}
+
+// TestRelay_LateCommit: seq 1 is searchable while seq 0 is still in flight,
+// so the gcp stays below both; the relay must deliver nothing until seq 0
+// completes, then both, in order.
+func TestRelay_LateCommit(t *testing.T) {
+	c := cluster(t, esemu.Config{Nodes: 2})
+	createIndex(t, c, "late", 1, 1)
+	srv := redistest.Start(t)
+	f := startRelay(t, c, srv.URL(), "late", []string{"late"}, nil)
+
+	hold, err := c.Hold("late", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		mustDo(t, "PUT", c.URL()+"/late/_doc/first", `{"n":0}`)
+	}()
+	<-hold.Arrived()
+	if seqs := hold.Seqs(); len(seqs) != 1 || seqs[0] != 0 {
+		t.Fatalf("parked seqs = %v, want [0]", seqs)
+	}
+	mustDo(t, "PUT", c.URL()+"/late/_doc/second?refresh=true", `{"n":1}`)
+	// The later write is searchable, the earlier is not, and the gcp lags.
+	_, body := httpDo(t, "POST", c.URL()+"/late/_search", `{"query":{"ids":{"values":["first","second"]}},"seq_no_primary_term":true}`)
+	if !strings.Contains(string(body), `"_id":"second"`) || strings.Contains(string(body), `"_id":"first"`) {
+		t.Fatalf("want only seq 1 visible, got %s", body)
+	}
+	st, _ := c.ShardState("late", 0)
+	if st.GlobalCheckpoint != -1 {
+		t.Fatalf("gcp = %d while seq 0 is in flight, want -1", st.GlobalCheckpoint)
+	}
+	time.Sleep(500 * time.Millisecond) // ~10 relay rounds
+	if evs := entries(t, f.rdb, f.keys.Events()); len(evs) != 0 {
+		t.Fatalf("the relay delivered %d events above the gcp: %+v", len(evs), evs)
+	}
+	hold.Release()
+	<-done
+	waitCaughtUp(t, c, f.store, []string{"late"}, 10*time.Second)
+	evs := entries(t, f.rdb, f.keys.Events())
+	if len(evs) != 2 || evs[0].ID != "first" || evs[0].SeqNo != 0 || evs[1].ID != "second" || evs[1].SeqNo != 1 {
+		t.Fatalf("events = %+v, want first@0 then second@1", evs)
+	}
+}
+
+// TestRelay_CustomRouting: the same _id routed to two shards is two
+// documents, each tracked on its own shard.
+func TestRelay_CustomRouting(t *testing.T) {
+	c := cluster(t, esemu.Config{})
+	createIndex(t, c, "routed", 2, 0)
+	srv := redistest.Start(t)
+	f := startRelay(t, c, srv.URL(), "routed", []string{"routed"}, nil)
+	// Find two routing values that land on different shards.
+	shardOf := map[int]string{}
+	for i := 0; len(shardOf) < 2 && i < 50; i++ {
+		r := fmt.Sprintf("r%d", i)
+		mustDo(t, "PUT", c.URL()+"/routed/_doc/probe-"+r+"?routing="+r+"&refresh=true", `{}`)
+		for n := 0; n < 2; n++ {
+			vis, _ := c.VisibleDocs("routed", n, 0)
+			for _, d := range vis {
+				if d.ID == "probe-"+r {
+					if _, ok := shardOf[n]; !ok {
+						shardOf[n] = r
+					}
+				}
+			}
+		}
+	}
+	if len(shardOf) < 2 {
+		t.Fatal("no routing values found for both shards")
+	}
+	mustDo(t, "PUT", c.URL()+"/routed/_doc/same?routing="+shardOf[0], `{"on":"zero"}`)
+	mustDo(t, "PUT", c.URL()+"/routed/_doc/same?routing="+shardOf[1], `{"on":"one"}`)
+	mustDo(t, "PUT", c.URL()+"/routed/_doc/same?routing="+shardOf[1], `{"on":"one","v":2}`)
+	waitCaughtUp(t, c, f.store, []string{"routed"}, 10*time.Second)
+	got := replay(entries(t, f.rdb, f.keys.Events()))
+	uuid := indexUUID(t, c, "routed")
+	zero, ok0 := got[docKey{uuid, 0, "same"}]
+	one, ok1 := got[docKey{uuid, 1, "same"}]
+	if !ok0 || !ok1 {
+		t.Fatalf("want document 'same' on shards 0 and 1, got %v", got)
+	}
+	if zero.source != `{"on":"zero"}` || zero.routing != shardOf[0] || one.source != `{"on":"one","v":2}` || one.routing != shardOf[1] {
+		t.Fatalf("shard 0: %+v, shard 1: %+v", zero, one)
+	}
+	if diff := diffDocs(clusterDocs(t, c, "routed"), got); diff != "" {
+		t.Fatalf("stream differs from the index:\n%s", diff)
+	}
+	var delivered atomic.Int64
+	for n := 0; n < 2; n++ {
+		ids, _ := f.rdb.SMembers(t.Context(), f.keys.Delivered(uuid, n)).Result()
+		for _, id := range ids {
+			if id == "same" {
+				delivered.Add(1)
+			}
+		}
+	}
+	if delivered.Load() != 2 {
+		t.Fatalf("'same' is in %d delivered sets, want 2 (one per shard)", delivered.Load())
+	}
+}
