@@ -2,6 +2,8 @@ package esemu
 
 import (
 	"bufio"
+	"compress/gzip"
+	"compress/zlib"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
@@ -87,6 +89,10 @@ type route struct {
 	name    string
 }
 
+// globalUnmodeledParams are URL parameters ES accepts on every endpoint that
+// the emulator does not model: refused loudly, not as unrecognized.
+var globalUnmodeledParams = map[string]bool{"filter_path": true, "source": true, "source_content_type": true}
+
 // commonParams are accepted by every endpoint.
 var commonParams = []string{"pretty", "human", "error_trace", "format"}
 
@@ -150,7 +156,24 @@ func (c *Cluster) serve(routes []route, w http.ResponseWriter, hr *http.Request)
 		}
 		segs = append(segs, u)
 	}
-	body, err := io.ReadAll(hr.Body)
+	// Like ES and OpenSearch (Netty's HttpContentDecompressor), accept
+	// gzip- and deflate-compressed request bodies.
+	var rd io.Reader = hr.Body
+	switch strings.ToLower(strings.TrimSpace(hr.Header.Get("Content-Encoding"))) {
+	case "gzip", "x-gzip":
+		if zr, zerr := gzip.NewReader(hr.Body); zerr == nil {
+			rd = zr
+		} else {
+			rd = errReader{zerr}
+		}
+	case "deflate", "x-deflate":
+		if zr, zerr := zlib.NewReader(hr.Body); zerr == nil {
+			rd = zr
+		} else {
+			rd = errReader{zerr}
+		}
+	}
+	body, err := io.ReadAll(rd)
 	if err != nil {
 		c.writeError(w, hr, newError(http.StatusBadRequest, "parse_exception", "failed to read request body: %v", err))
 		return
@@ -199,9 +222,18 @@ func (c *Cluster) serve(routes []route, w http.ResponseWriter, hr *http.Request)
 			unknown = append(unknown, p)
 		}
 	}
+	for _, p := range unknown {
+		if globalUnmodeledParams[p] {
+			c.writeError(w, hr, errNotModeled("parameter [%s] (ES accepts it on every endpoint)", p))
+			return
+		}
+	}
 	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		c.writeError(w, hr, errUnrecognizedParams(rawPath, unknown))
+		candidates := make([]string, 0, len(rt.params))
+		for p := range rt.params {
+			candidates = append(candidates, p)
+		}
+		c.writeError(w, hr, errUnrecognizedParams(rawPath, unknown, candidates))
 		return
 	}
 	req := &request{method: hr.Method, path: rawPath, vars: vars, params: params, body: body}
@@ -371,6 +403,11 @@ func (c *Cluster) authorized(w http.ResponseWriter, hr *http.Request) bool {
 	c.writeError(w, hr, e)
 	return false
 }
+
+// errReader fails every read with err.
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 
 // ndjsonLines splits an NDJSON body into lines, keeping empty trailing ones
 // out.

@@ -1,0 +1,165 @@
+package es
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// canned serves one fixed answer.
+func canned(tb testing.TB, status int, body string) *Client {
+	tb.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(body))
+	}))
+	tb.Cleanup(srv.Close)
+	c, err := New(Config{URLs: []string{srv.URL}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+const okShards = `"_shards":{"total":1,"successful":1,"skipped":0,"failed":0}`
+
+func hit(id string, seq int) string {
+	return `{"_index":"i","_id":"` + id + `","_version":1,"_seq_no":` + strconv.Itoa(seq) + `,"_primary_term":1,"_score":null,"_source":{"a":1},"sort":[` + strconv.Itoa(seq) + `]}`
+}
+
+func TestClient_SearchShard_RefusesPartialOrOddAnswers(t *testing.T) {
+	page := ShardPage{Index: "i", Shard: 0, After: 4, UpTo: 9, Size: 3}
+	tests := []struct {
+		name string
+		body string
+		want error
+		text string
+	}{
+		{"failed shard", `{"took":1,"timed_out":false,"_shards":{"total":1,"successful":0,"skipped":0,"failed":1,"failures":[{"shard":0,"index":"i","node":"n","reason":{"type":"node_disconnected_exception","reason":"gone"}}]},"hits":{"hits":[]}}`,
+			ErrPartial, "node_disconnected_exception"},
+		{"timed out", `{"took":1,"timed_out":true,` + okShards + `,"hits":{"hits":[` + hit("a", 5) + `]}}`, ErrPartial, "timed out"},
+		{"more than one shard", `{"timed_out":false,"_shards":{"total":2,"successful":2,"skipped":0,"failed":0},"hits":{"hits":[]}}`, ErrMalformed, "2 shards"},
+		{"hit above the gcp", `{"timed_out":false,` + okShards + `,"hits":{"hits":[` + hit("a", 10) + `]}}`, ErrMalformed, "above the global checkpoint"},
+		{"hit at or below the cursor", `{"timed_out":false,` + okShards + `,"hits":{"hits":[` + hit("a", 4) + `]}}`, ErrMalformed, "not above 4"},
+		{"hits out of order", `{"timed_out":false,` + okShards + `,"hits":{"hits":[` + hit("a", 7) + `,` + hit("b", 6) + `]}}`, ErrMalformed, "not above 7"},
+		{"no seq no", `{"timed_out":false,` + okShards + `,"hits":{"hits":[{"_index":"i","_id":"a","_version":1,"_source":{}}]}}`, ErrMalformed, "no _seq_no"},
+		{"no version", `{"timed_out":false,` + okShards + `,"hits":{"hits":[{"_index":"i","_id":"a","_seq_no":5,"_primary_term":1,"_source":{}}]}}`, ErrMalformed, "no _version"},
+		{"no source", `{"timed_out":false,` + okShards + `,"hits":{"hits":[{"_index":"i","_id":"a","_version":1,"_seq_no":5,"_primary_term":1}]}}`, ErrMalformed, "no _source"},
+		{"other index", `{"timed_out":false,` + okShards + `,"hits":{"hits":[` + strings.Replace(hit("a", 5), `"_index":"i"`, `"_index":"j"`, 1) + `]}}`, ErrMalformed, `index "j"`},
+		{"too many hits", `{"timed_out":false,` + okShards + `,"hits":{"hits":[` + hit("a", 5) + `,` + hit("b", 6) + `,` + hit("c", 7) + `,` + hit("d", 8) + `]}}`, ErrMalformed, "4 hits for size 3"},
+		{"not JSON", `<html>proxy error</html>`, ErrMalformed, "undecodable"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := canned(t, 200, tt.body)
+			hits, err := c.SearchShard(context.Background(), page)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+			if hits != nil {
+				t.Errorf("a refused answer returned %d hits", len(hits))
+			}
+			if !strings.Contains(err.Error(), tt.text) {
+				t.Errorf("err %q does not say %q", err, tt.text)
+			}
+		})
+	}
+	t.Run("good page", func(t *testing.T) {
+		c := canned(t, 200, `{"timed_out":false,`+okShards+`,"hits":{"hits":[`+hit("a", 5)+`,`+hit("b", 9)+`]}}`)
+		hits, err := c.SearchShard(context.Background(), page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hits) != 2 || hits[0].ID != "a" || hits[0].SeqNo != 5 || hits[1].SeqNo != 9 || string(hits[1].Source) != `{"a":1}` {
+			t.Fatalf("hits = %+v", hits)
+		}
+	})
+}
+
+func TestClient_Errors(t *testing.T) {
+	tests := []struct {
+		name      string
+		status    int
+		body      string
+		want      error
+		temporary bool
+		text      string
+	}{
+		{"index missing", 404, `{"error":{"root_cause":[{"type":"index_not_found_exception","reason":"no such index [x]"}],"type":"index_not_found_exception","reason":"no such index [x]"},"status":404}`,
+			ErrNotFound, false, "no such index [x]"},
+		{"ES 401", 401, `{"error":{"root_cause":[{"type":"security_exception","reason":"unable to authenticate user [u]"}],"type":"security_exception","reason":"unable to authenticate user [u]"},"status":401}`,
+			ErrUnauthorized, false, "security_exception"},
+		{"OpenSearch 401 plain text", 401, `Unauthorized`, ErrUnauthorized, false, "Unauthorized"},
+		{"429", 429, `{"error":{"type":"es_rejected_execution_exception","reason":"rejected"},"status":429}`, nil, true, "es_rejected_execution_exception"},
+		{"503 string error", 503, `{"error":"service unavailable","status":503}`, nil, true, "service unavailable"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := canned(t, tt.status, tt.body)
+			_, err := c.Stats(context.Background(), []string{"x"})
+			var ee *Error
+			if !errors.As(err, &ee) {
+				t.Fatalf("err = %v, want *Error", err)
+			}
+			if tt.want != nil && !errors.Is(err, tt.want) {
+				t.Errorf("err = %v, want %v", err, tt.want)
+			}
+			if ee.Temporary() != tt.temporary {
+				t.Errorf("Temporary() = %v, want %v", ee.Temporary(), tt.temporary)
+			}
+			if ee.Status != tt.status || !strings.Contains(err.Error(), tt.text) {
+				t.Errorf("err = %v (status %d)", err, ee.Status)
+			}
+		})
+	}
+	t.Run("stats with a failed shard are not data", func(t *testing.T) {
+		c := canned(t, 200, `{"_shards":{"total":2,"successful":1,"failed":1},"indices":{"x":{"uuid":"U","shards":{}}}}`)
+		st, err := c.Stats(context.Background(), []string{"x"})
+		if !errors.Is(err, ErrPartial) || st != nil {
+			t.Fatalf("Stats = %v, %v; want ErrPartial and no stats", st, err)
+		}
+	})
+	t.Run("refresh that failed on a copy", func(t *testing.T) {
+		c := canned(t, 200, `{"_shards":{"total":2,"successful":1,"failed":1}}`)
+		if err := c.Refresh(context.Background(), "x"); !errors.Is(err, ErrPartial) {
+			t.Fatalf("Refresh err = %v, want ErrPartial", err)
+		}
+	})
+	t.Run("refresh with an unassigned replica is fine", func(t *testing.T) {
+		c := canned(t, 200, `{"_shards":{"total":2,"successful":1,"failed":0}}`)
+		if err := c.Refresh(context.Background(), "x"); err != nil {
+			t.Fatalf("Refresh err = %v", err)
+		}
+	})
+	t.Run("connection refused is temporary", func(t *testing.T) {
+		srv := httptest.NewServer(http.NotFoundHandler())
+		url := srv.URL
+		srv.Close()
+		c, _ := New(Config{URLs: []string{url}})
+		_, err := c.Info(context.Background())
+		var ee *Error
+		if !errors.As(err, &ee) || !ee.Temporary() || ee.Status != 0 || !strings.Contains(err.Error(), "cannot connect") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+func TestConfig_Validate(t *testing.T) {
+	for _, u := range []string{"localhost:9200", "ftp://h", "http://", "://x"} {
+		if err := (Config{URLs: []string{u}}).Validate(); err == nil {
+			t.Errorf("URL %q accepted", u)
+		}
+	}
+	err := (Config{URLs: []string{"ftp://u:secret@h"}}).Validate()
+	if err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("error leaks the password or is nil: %v", err)
+	}
+	if err := (Config{URLs: []string{"https://h:9200", "http://10.0.0.1:9200"}}).Validate(); err != nil {
+		t.Errorf("good URLs refused: %v", err)
+	}
+}
