@@ -151,4 +151,3 @@ func explainES(err error, cfg runConfig) error {
 	}
 	return err
 }
-

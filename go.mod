@@ -3,12 +3,14 @@ module github.com/es-changefeed/es-changefeed
 go 1.26.8
 
 require (
-	github.com/alicebob/miniredis/v2 v2.40.0 // indirect
+	github.com/alicebob/miniredis/v2 v2.40.0
+	github.com/opensearch-project/opensearch-go/v4 v4.8.1
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/urfave/cli/v3 v3.14.0
+)
+
+require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/opensearch-project/opensearch-go/v4 v4.8.1 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
-	github.com/spaolacci/murmur3 v1.1.0 // indirect
-	github.com/urfave/cli/v3 v3.14.0 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect

@@ -103,4 +103,3 @@ func TestNewClient_BadURLs(t *testing.T) {
 		t.Errorf("error leaks the password or is nil: %v", err)
 	}
 }
-

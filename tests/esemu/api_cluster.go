@@ -138,9 +138,8 @@ func (c *Cluster) healthBody(r *request, level string) (*orderedMap, string, *es
 	status := "green"
 	perIndex := newOrderedMap()
 	for _, ix := range indices {
-		if ix.closed {
-			continue
-		}
+		// Closed indices keep their shard copies (replicated closed indices,
+		// ES 7.2+) and count in health like open ones.
 		var ic shardCounts
 		shardsObj := newOrderedMap()
 		for _, s := range ix.shards {
@@ -158,7 +157,7 @@ func (c *Cluster) healthBody(r *request, level string) (*orderedMap, string, *es
 			}
 			so := obj("status", st, "primary_active", sc.activePrimary > 0, "active_shards", sc.active,
 				"relocating_shards", 0, "initializing_shards", 0, "unassigned_shards", sc.unassigned)
-			if !c.info.openSearch {
+			if !c.info.openSearch && c.info.major >= 8 {
 				so.set("unassigned_primary_shards", sc.unassignedPrimary)
 			}
 			shardsObj.set(strconv.Itoa(s.num), so)
@@ -174,7 +173,7 @@ func (c *Cluster) healthBody(r *request, level string) (*orderedMap, string, *es
 		io := obj("status", h, "number_of_shards", ix.settings.shards, "number_of_replicas", ix.settings.replicas,
 			"active_primary_shards", ic.activePrimary, "active_shards", ic.active, "relocating_shards", 0,
 			"initializing_shards", 0, "unassigned_shards", ic.unassigned)
-		if !c.info.openSearch {
+		if !c.info.openSearch && c.info.major >= 8 { // unassigned_primary_shards: 8.x+
 			io.set("unassigned_primary_shards", ic.unassignedPrimary)
 		}
 		if level == "shards" {
@@ -367,27 +366,43 @@ func parseMetrics(r *request) ([]string, *esError) {
 	}
 	want := map[string]bool{}
 	var unknown []string
+	notModeled := ""
 	for _, m := range strings.Split(raw, ",") {
 		m = strings.TrimSpace(m)
-		if m == "merge" {
-			m = "merges"
-		}
 		if m == "_all" {
 			return statsOrder, nil
+		}
+		// The REST metric is "merge" (CommonStatsFlags.Flag.Merge); the
+		// section it selects is "merges", which is no metric name.
+		switch m {
+		case "merge":
+			m = "merges"
+		case "merges":
+			unknown = append(unknown, m)
+			continue
 		}
 		modeled, known := statsMetrics[m]
 		if !known {
 			unknown = append(unknown, m)
 			continue
 		}
-		if !modeled {
-			return nil, errNotModeled("stats metric [%s]", m)
+		if !modeled && notModeled == "" {
+			notModeled = m
 		}
 		want[m] = true
 	}
 	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return nil, errIllegalArgument("request [%s] contains unrecognized metric%s: [%s]", r.path, plural(len(unknown)), strings.Join(unknown, ", "))
+		candidates := []string{}
+		for m := range statsMetrics {
+			if m == "merges" {
+				m = "merge"
+			}
+			candidates = append(candidates, m)
+		}
+		return nil, errIllegalArgument("%s", unrecognized(r.path, "metric", unknown, candidates))
+	}
+	if notModeled != "" {
+		return nil, errNotModeled("stats metric [%s]", notModeled)
 	}
 	var out []string
 	for _, m := range statsOrder {

@@ -332,12 +332,16 @@ func (c *Cluster) singleWrite(r *request, m docMeta, kind opKind, upd *updateSpe
 		forced = c.afterWrite(policy, []*shard{s})
 	}
 	body := c.writeResponse(ix, w, forced)
-	if upd != nil && r.has("_source") && w.result != "noop" || upd != nil && r.has("_source") && w.noop != nil {
+	// ES (RestUpdateAction, FetchSourceContext.parseFromRestRequest) returns
+	// "get" when any of _source, _source_includes, _source_excludes asks
+	// for the source, and not for _source=false.
+	f, _ := sourceFilterFromParams(r)
+	fetch := (r.has("_source") || r.has("_source_includes") || r.has("_source_excludes")) && !f.disabled
+	if upd != nil && fetch && (w.op != nil || w.noop != nil) {
 		o := w.op
 		if o == nil {
 			o = w.noop
 		}
-		f, _ := sourceFilterFromParams(r)
 		body.set("get", obj("_seq_no", o.seq, "_primary_term", o.term, "found", true, "_source", f.apply(o.source)))
 	}
 	return reply{status: w.status, body: body}, nil
@@ -619,6 +623,11 @@ func apiBulk(c *Cluster, r *request) (reply, *esError) {
 			default:
 				return reply{}, errIllegalArgument("Action/metadata line [%d] contains an unknown parameter [%s]", i+1, k)
 			}
+		}
+		if it.action == "index" && it.meta.opType == "create" {
+			// An index action with op_type create is a create request, and
+			// its item answers under "create" (BulkItemResponse.opType).
+			it.action = "create"
 		}
 		if it.meta.index == "" && it.err == nil {
 			it.err = newError(http.StatusBadRequest, "action_request_validation_exception", "Validation Failed: 1: index is missing;")

@@ -927,6 +927,12 @@ func apiRollover(c *Cluster, r *request) (reply, *esError) {
 			if _, isIndex := c.indices[target]; isIndex {
 				return reply{}, errIllegalArgument("rollover target is a [concrete index] but one of [alias,data_stream] was expected")
 			}
+			if c.info.openSearch || c.info.major < 8 {
+				// 404 came with ES 8's return-404-on-missing-target
+				// capability; 7.x and OpenSearch's MetadataRolloverService
+				// throw IllegalArgumentException.
+				return reply{}, errIllegalArgument("rollover target [%s] does not exist", target)
+			}
 			return reply{}, newError(http.StatusNotFound, "resource_not_found_exception", "rollover target [%s] does not exist", target)
 		}
 		w, e := c.aliasWriteIndex(target)
@@ -969,6 +975,15 @@ func apiRollover(c *Cluster, r *request) (reply, *esError) {
 		}
 		n, _ := strconv.Atoi(m[2])
 		newName = fmt.Sprintf("%s-%06d", m[1], n+1)
+	}
+	// The new name is validated whether or not the conditions are met, and
+	// on a dry run too (indices.rollover/10_basic).
+	if e := validateIndexName(newName); e != nil {
+		return reply{}, e
+	}
+	if ix, ok := c.indices[newName]; ok {
+		return reply{}, newError(http.StatusBadRequest, "resource_already_exists_exception", "index [%s/%s] already exists", newName, ix.uuid).
+			with("index_uuid", ix.uuid).with("index", newName)
 	}
 	if rolled && !dryRun {
 		if ds != nil {

@@ -86,10 +86,34 @@ func (c *Cluster) parseSearch(r *request) (*searchReq, *esError) {
 	if req.size < 0 {
 		return nil, errIllegalArgument("[size] parameter cannot be negative, found [%d]", req.size)
 	}
+	for _, p := range strings.Fields(pSearchUnmodeled) {
+		if r.has(p) {
+			return nil, errNotModeled("search parameter [%s]", p)
+		}
+	}
 	if v, ok := b["sort"]; ok {
 		if req.sort, e = parseSort(v, &req.uses); e != nil {
 			return nil, e
 		}
+	}
+	if r.has("sort") {
+		// RestSearchAction: sort=field[:asc|:desc],... adds to the body's sorts.
+		var items []any
+		for _, s := range strings.Split(r.param("sort"), ",") {
+			if s = strings.TrimSpace(s); s == "" {
+				continue
+			}
+			if i := strings.LastIndex(s, ":"); i >= 0 {
+				items = append(items, map[string]any{s[:i]: s[i+1:]})
+			} else {
+				items = append(items, s)
+			}
+		}
+		keys, e := parseSort(items, &req.uses)
+		if e != nil {
+			return nil, e
+		}
+		req.sort = append(req.sort, keys...)
 	}
 	if v, ok := b["search_after"]; ok {
 		list, isList := v.([]any)
@@ -170,7 +194,9 @@ func (c *Cluster) parseSearch(r *request) (*searchReq, *esError) {
 		}
 		req.trackTotal = int(n)
 	}
-	if req.totalAsInt && req.trackTotal != -1 && req.trackTotal != math.MaxInt32 {
+	// RestSearchAction: rest_total_hits_as_int turns an unset
+	// track_total_hits into true; only an explicit inexact one is refused.
+	if req.totalAsInt && tth != nil && req.trackTotal != -1 && req.trackTotal != math.MaxInt32 {
 		return nil, errIllegalArgument("[rest_total_hits_as_int] cannot be used if the tracking of total hits is not accurate, got %d", req.trackTotal)
 	}
 	if req.totalAsInt && req.trackTotal != -1 {
@@ -214,6 +240,12 @@ func (c *Cluster) parseSearch(r *request) (*searchReq, *esError) {
 		}
 	}
 	if req.scroll > 0 {
+		if tth != nil && req.trackTotal != math.MaxInt32 {
+			errs = append(errs, "disabling [track_total_hits] is not allowed in a scroll context")
+		}
+		if req.from > 0 {
+			errs = append(errs, "using [from] is not allowed in a scroll context")
+		}
 		if req.size == 0 {
 			errs = append(errs, "[size] cannot be [0] in a scroll context")
 		}
@@ -235,6 +267,13 @@ func (c *Cluster) parseSearch(r *request) (*searchReq, *esError) {
 			errs = append(errs, "[preference] cannot be used with point in time. Do not specify any preference with point in time.")
 		}
 	}
+	hasShardDoc := false
+	for _, k := range req.sort {
+		hasShardDoc = hasShardDoc || k.field == "_shard_doc"
+	}
+	if hasShardDoc && req.pit == "" {
+		errs = append(errs, "[_shard_doc] sort field cannot be used without [point in time]")
+	}
 	if len(errs) > 0 {
 		msg := "Validation Failed: "
 		for i, e := range errs {
@@ -242,18 +281,13 @@ func (c *Cluster) parseSearch(r *request) (*searchReq, *esError) {
 		}
 		return nil, newError(http.StatusBadRequest, "action_request_validation_exception", "%s", msg)
 	}
-	hasShardDoc := false
-	for _, k := range req.sort {
-		hasShardDoc = hasShardDoc || k.field == "_shard_doc"
-	}
-	if hasShardDoc && req.pit == "" {
-		return nil, errIllegalArgument("[_shard_doc] sort field cannot be used without [point in time]")
-	}
 	if hasShardDoc && c.info.openSearch && c.info.major < 3 {
 		return nil, errNotModeled("sort [_shard_doc] on %s: OpenSearch 2.x has no _shard_doc", c.info.number)
 	}
-	if req.pit != "" && req.sort != nil && !hasShardDoc && !c.info.openSearch {
-		// ES adds the _shard_doc tiebreaker to every sorted PIT search.
+	if req.pit != "" && req.sort != nil && !hasShardDoc && !c.info.openSearch &&
+		(req.searchAfter == nil || len(req.searchAfter) == len(req.sort)+1) {
+		// ES adds the _shard_doc tiebreaker to a sorted PIT search, unless
+		// search_after leaves it out (SearchRequest.rewrite).
 		req.sort = append(req.sort, sortKey{field: "_shard_doc"})
 	}
 	if req.searchAfter != nil {
@@ -328,7 +362,8 @@ func parseSort(v any, uses *seqNoUse) ([]sortKey, *esError) {
 			if _, isStr := item.(string); isStr {
 				k.desc = true
 			} else if m, ok := item.(map[string]any); ok {
-				if _, hasOrder := m["_score"].(map[string]any)["order"]; !hasOrder {
+				spec, _ := m["_score"].(map[string]any) // a string order is no map: no panic
+				if _, hasOrder := spec["order"]; !hasOrder {
 					if _, isStrOrder := m["_score"].(string); !isStrOrder {
 						k.desc = true
 					}
@@ -596,6 +631,14 @@ func (c *Cluster) searchBody(req *searchReq, hits []hit, total, nShards int, fai
 
 func apiCount(c *Cluster, r *request) (reply, *esError) {
 	req := &searchReq{query: matchAllQuery{}, trackTotal: math.MaxInt32}
+	// RestCountAction checks terminate_after before anything else.
+	if n, e := r.intParam("terminate_after", 0); e != nil {
+		return reply{}, e
+	} else if n < 0 {
+		return reply{}, errIllegalArgument("terminateAfter must be > 0")
+	} else if n > 0 {
+		return reply{}, errNotModeled("count parameter [terminate_after]")
+	}
 	b, e := r.jsonBody()
 	if e != nil {
 		return reply{}, e
@@ -769,7 +812,9 @@ func apiScroll(c *Cluster, r *request) (reply, *esError) {
 		if err != nil {
 			return reply{}, errIllegalArgument("failed to parse setting [scroll] with value [%s] as a time value", keep)
 		}
-		sc.keepAlive = d
+		if d > sc.keepAlive { // ReaderContext keeps the longest keep-alive
+			sc.keepAlive = d
+		}
 	}
 	sc.expires = time.Now().Add(sc.keepAlive)
 	totalAsInt, e := r.boolParam("rest_total_hits_as_int", false)
@@ -805,8 +850,9 @@ func apiClearScroll(c *Cluster, r *request) (reply, *esError) {
 			c.ctxMu.Lock()
 			for k, sc := range c.contexts {
 				if !sc.pit {
+					// ES frees one reader context per shard, as for named ids.
 					delete(c.contexts, k)
-					freed++
+					freed += len(sc.shards)
 				}
 			}
 			c.ctxMu.Unlock()
@@ -881,7 +927,8 @@ func (c *Cluster) searchPIT(r *request, req *searchReq, start time.Time) (reply,
 		return reply{}, err
 	}
 	sc.mu.Lock()
-	if req.pitKeepAlive > 0 {
+	if req.pitKeepAlive > sc.keepAlive {
+		// ReaderContext keeps the longest keep-alive it was given.
 		sc.keepAlive = req.pitKeepAlive
 	}
 	sc.expires = time.Now().Add(sc.keepAlive)
@@ -951,8 +998,12 @@ func apiClosePIT(c *Cluster, r *request) (reply, *esError) {
 		}
 		pits := []any{}
 		for _, id := range ids {
-			ok := c.getContext(id, true) != nil && c.freeContext(id)
-			pits = append(pits, obj("pit_id", id, "successful", ok))
+			// OpenSearch (SearchService.freeReaderContextsIfFound) reports a
+			// PIT whose contexts are already gone as successfully deleted.
+			if c.getContext(id, true) != nil {
+				c.freeContext(id)
+			}
+			pits = append(pits, obj("pit_id", id, "successful", true))
 		}
 		return reply{status: 200, body: obj("pits", pits)}, nil
 	}

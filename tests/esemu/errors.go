@@ -3,6 +3,8 @@ package esemu
 import (
 	"fmt"
 	"net/http"
+	"sort"
+	"strings"
 )
 
 // esError is an exception the way Elasticsearch renders it: a type, a reason,
@@ -135,18 +137,88 @@ func errNotModeled(format string, args ...any) *esError {
 		"esemu does not model "+format, args...)
 }
 
-func errUnrecognizedParams(path string, names []string) *esError {
-	if len(names) == 1 {
-		return errIllegalArgument("request [%s] contains unrecognized parameter: [%s]", path, names[0])
+// errUnrecognizedParams is BaseRestHandler's refusal of unknown URL
+// parameters; candidates are the parameters the endpoint accepts.
+func errUnrecognizedParams(path string, names, candidates []string) *esError {
+	return errIllegalArgument("%s", unrecognized(path, "parameter", names, candidates))
+}
+
+// unrecognized renders BaseRestHandler.unrecognized: "request [<path>]
+// contains unrecognized <detail>(s): [a] -> did you mean [x]?, [b]". The
+// invalid names are sorted; the suggestions are the candidates whose
+// similarity (Lucene's LevenshteinDistance: 1 - edits / longer length) is
+// above 0.5, best first, then by name.
+func unrecognized(path, detail string, invalids, candidates []string) string {
+	invalids = append([]string(nil), invalids...)
+	sort.Strings(invalids)
+	s := ""
+	if len(invalids) > 1 {
+		s = "s"
 	}
-	list := ""
-	for i, n := range names {
-		if i > 0 {
-			list += ", "
+	var b strings.Builder
+	fmt.Fprintf(&b, "request [%s] contains unrecognized %s%s: ", path, detail, s)
+	for i, inv := range invalids {
+		type scored struct {
+			score float64
+			name  string
 		}
-		list += n
+		var sugg []scored
+		for _, cand := range candidates {
+			if d := levenshteinSimilarity(inv, cand); d > 0.5 {
+				sugg = append(sugg, scored{d, cand})
+			}
+		}
+		sort.Slice(sugg, func(x, y int) bool {
+			if sugg[x].score != sugg[y].score {
+				return sugg[x].score > sugg[y].score
+			}
+			return sugg[x].name < sugg[y].name
+		})
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "[%s]", inv)
+		switch len(sugg) {
+		case 0:
+		case 1:
+			fmt.Fprintf(&b, " -> did you mean [%s]?", sugg[0].name)
+		default:
+			names := make([]string, len(sugg))
+			for j, x := range sugg {
+				names[j] = x.name
+			}
+			fmt.Fprintf(&b, " -> did you mean any of [%s]?", strings.Join(names, ", "))
+		}
 	}
-	return errIllegalArgument("request [%s] contains unrecognized parameters: [%s]", path, list)
+	return b.String()
+}
+
+// levenshteinSimilarity is Lucene's LevenshteinDistance.getDistance.
+func levenshteinSimilarity(a, b string) float64 {
+	x, y := []rune(a), []rune(b)
+	if len(x) == 0 || len(y) == 0 {
+		if len(x) == len(y) {
+			return 1
+		}
+		return 0
+	}
+	prev := make([]int, len(y)+1)
+	cur := make([]int, len(y)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(x); i++ {
+		cur[0] = i
+		for j := 1; j <= len(y); j++ {
+			cost := 1
+			if x[i-1] == y[j-1] {
+				cost = 0
+			}
+			cur[j] = min(cur[j-1]+1, prev[j]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return 1 - float64(prev[len(y)])/float64(max(len(x), len(y)))
 }
 
 func errVersionConflict(idx, uuid string, shard int, reason string) *esError {

@@ -38,6 +38,17 @@ func (m *orderedMap) get(k string) (any, bool) {
 
 func (m *orderedMap) MarshalJSON() ([]byte, error) {
 	var b bytes.Buffer
+	if err := m.appendJSON(&b); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// appendJSON writes the object into b. Nested orderedMaps (also inside
+// []any) are written in place: going through json.Marshal for each would
+// make encoding/json re-validate and re-compact every level's output, which
+// dominated the cost of large _bulk responses.
+func (m *orderedMap) appendJSON(b *bytes.Buffer) error {
 	b.WriteByte('{')
 	for i, k := range m.keys {
 		if i > 0 {
@@ -46,14 +57,45 @@ func (m *orderedMap) MarshalJSON() ([]byte, error) {
 		kb, _ := json.Marshal(k)
 		b.Write(kb)
 		b.WriteByte(':')
-		vb, err := json.Marshal(m.vals[k])
-		if err != nil {
-			return nil, err
+		if err := appendJSONValue(b, m.vals[k]); err != nil {
+			return err
 		}
-		b.Write(vb)
 	}
 	b.WriteByte('}')
-	return b.Bytes(), nil
+	return nil
+}
+
+func appendJSONValue(b *bytes.Buffer, v any) error {
+	switch x := v.(type) {
+	case *orderedMap:
+		if x == nil {
+			b.WriteString("null")
+			return nil
+		}
+		return x.appendJSON(b)
+	case []any:
+		if x == nil {
+			b.WriteString("null")
+			return nil
+		}
+		b.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if err := appendJSONValue(b, e); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(']')
+		return nil
+	}
+	vb, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b.Write(vb)
+	return nil
 }
 
 // decodeJSON decodes into v keeping numbers as json.Number, so long values

@@ -8,7 +8,11 @@ const (
 	pSearch      = "from size _source _source_includes _source_excludes seq_no_primary_term version track_total_hits " +
 		"preference routing scroll search_type rest_total_hits_as_int timeout request_cache allow_partial_search_results " +
 		"max_concurrent_shard_requests pre_filter_shard_size batched_reduce_size ccs_minimize_roundtrips typed_keys track_scores " +
-		pIndicesOpts
+		"sort " + pSearchUnmodeled + " " + pIndicesOpts
+	// pSearchUnmodeled are search URL parameters ES knows that the emulator
+	// refuses as not modeled (rather than as unrecognized).
+	pSearchUnmodeled = "q df analyzer analyze_wildcard default_operator lenient explain stored_fields docvalue_fields " +
+		"terminate_after stats suggest_field suggest_mode suggest_size suggest_text include_named_queries_score"
 )
 
 // routes is the REST API, most specific patterns first.
@@ -42,8 +46,8 @@ func (c *Cluster) routes() []route {
 		add(m, "/_search/scroll/{scroll_id}", KindScroll, "scroll scroll_id rest_total_hits_as_int", apiScroll)
 		add(m, "/_search", KindSearch, pSearch, apiSearch)
 		add(m, "/{index}/_search", KindSearch, pSearch, apiSearch)
-		add(m, "/_count", KindCount, "preference routing "+pIndicesOpts, apiCount)
-		add(m, "/{index}/_count", KindCount, "preference routing "+pIndicesOpts, apiCount)
+		add(m, "/_count", KindCount, "preference routing terminate_after "+pIndicesOpts, apiCount)
+		add(m, "/{index}/_count", KindCount, "preference routing terminate_after "+pIndicesOpts, apiCount)
 		add(m, "/_refresh", KindRefresh, pIndicesOpts, apiRefresh)
 		add(m, "/{index}/_refresh", KindRefresh, pIndicesOpts, apiRefresh)
 	}

@@ -1,10 +1,9 @@
 package esemu
 
 import (
+	"encoding/binary"
 	"math/bits"
 	"unicode/utf16"
-
-	"github.com/spaolacci/murmur3"
 )
 
 // murmur3UTF16 hashes s the way Elasticsearch's Murmur3HashFunction does:
@@ -17,7 +16,48 @@ func murmur3UTF16(s string) int32 {
 		buf[2*i] = byte(u)
 		buf[2*i+1] = byte(u >> 8)
 	}
-	return int32(murmur3.Sum32WithSeed(buf, 0))
+	return int32(murmur3x86_32(buf, 0))
+}
+
+// murmur3x86_32 is MurmurHash3_x86_32. It replaces
+// github.com/spaolacci/murmur3's Sum32WithSeed, whose uintptr arithmetic
+// aborts the process under -race (checkptr: "pointer arithmetic result
+// points to invalid allocation", spaolacci/murmur3#34).
+func murmur3x86_32(data []byte, seed uint32) uint32 {
+	const c1, c2 = 0xcc9e2d51, 0x1b873593
+	h := seed
+	n := len(data) / 4 * 4
+	for i := 0; i < n; i += 4 {
+		k := binary.LittleEndian.Uint32(data[i:])
+		k *= c1
+		k = bits.RotateLeft32(k, 15)
+		k *= c2
+		h ^= k
+		h = bits.RotateLeft32(h, 13)
+		h = h*5 + 0xe6546b64
+	}
+	var k uint32
+	switch tail := data[n:]; len(tail) {
+	case 3:
+		k ^= uint32(tail[2]) << 16
+		fallthrough
+	case 2:
+		k ^= uint32(tail[1]) << 8
+		fallthrough
+	case 1:
+		k ^= uint32(tail[0])
+		k *= c1
+		k = bits.RotateLeft32(k, 15)
+		k *= c2
+		h ^= k
+	}
+	h ^= uint32(len(data))
+	h ^= h >> 16
+	h *= 0x85ebca6b
+	h ^= h >> 13
+	h *= 0xc2b2ae35
+	h ^= h >> 16
+	return h
 }
 
 // routingNumShards is index.number_of_routing_shards as Elasticsearch 7.0+

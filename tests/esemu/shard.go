@@ -320,7 +320,7 @@ func (s *shard) resolve(req *writeReq, now time.Time, gcDeletes time.Duration) *
 	}
 	if req.hasCAS {
 		if !live {
-			return conflict(fmt.Sprintf("[%s]: version conflict, required seqNo [%d], primary term [%d] but no document was found",
+			return conflict(fmt.Sprintf("[%s]: version conflict, required seqNo [%d], primary term [%d]. but no document was found",
 				req.id, req.ifSeqNo, req.ifTerm))
 		}
 		if cur.seq != req.ifSeqNo || cur.term != req.ifTerm {
@@ -460,34 +460,64 @@ func (s *shard) write(c *Cluster, reqs []*writeReq) {
 	p.apply(ops)
 	s.updateGCP()
 	gcpSent := s.gcp
+	var replicas []*shardCopy
+	for _, cp := range s.copies {
+		if cp.started && !cp.primary {
+			replicas = append(replicas, cp)
+		}
+	}
+	total := len(s.copies)
 	s.mu.Unlock()
 
-	c.completionDelay()
-
-	s.mu.Lock()
-	if s.term != term || s.primary() == nil {
-		s.mu.Unlock()
+	// Each replica applies the batch after its own delay, as ES replicates to
+	// every replica in parallel: one replica may hold ops another lacks, which
+	// a failover then resolves by resetting it to the gcp.
+	var lost atomic.Bool
+	var succeeded atomic.Int64
+	succeeded.Add(1) // the primary
+	replicate := func(cp *shardCopy) {
+		c.completionDelay()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.term != term || s.primary() == nil {
+			lost.Store(true)
+			return
+		}
+		if !cp.started || cp.primary {
+			return // failed since; a recovery copies the primary's ops
+		}
+		cp.apply(ops)
+		if gcpSent > cp.knownGCP && cp.lcp >= gcpSent {
+			cp.knownGCP = gcpSent
+		}
+		succeeded.Add(1)
+		s.updateGCP()
+	}
+	switch len(replicas) {
+	case 0:
+		c.completionDelay()
+		s.mu.RLock()
+		lost.Store(s.term != term || s.primary() == nil)
+		s.mu.RUnlock()
+	case 1:
+		replicate(replicas[0])
+	default:
+		var wg sync.WaitGroup
+		for _, cp := range replicas {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				replicate(cp)
+			}()
+		}
+		wg.Wait()
+	}
+	if lost.Load() {
 		s.failLost(reqs)
 		return
 	}
-	started := 0
-	for _, cp := range s.copies {
-		if !cp.started {
-			continue
-		}
-		started++
-		if !cp.primary {
-			cp.apply(ops)
-			if gcpSent > cp.knownGCP && cp.lcp >= gcpSent {
-				cp.knownGCP = gcpSent
-			}
-		}
-	}
-	s.updateGCP()
-	total := len(s.copies)
-	s.mu.Unlock()
 	for _, r := range reqs {
-		r.copies, r.succeeded = total, started
+		r.copies, r.succeeded = total, int(succeeded.Load())
 	}
 }
 
