@@ -222,3 +222,36 @@ func waitHolder(tb testing.TB, get func(context.Context, string) *redis.StringCm
 	tb.Fatalf("lease %s still %q after %s", key, old, timeout)
 	return ""
 }
+
+// TestCLI_SIGTERMReleasesTheLease: SIGTERM lets the relay finish, release
+// the lease (so a standby can take over at once) and exit 0.
+func TestCLI_SIGTERMReleasesTheLease(t *testing.T) {
+	c := cluster(t, esemu.Config{})
+	createIndex(t, c, "graceful", 1, 0)
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	keys := redisx.NewKeys("graceful")
+	p := startBinary(t, relayArgs(c, srv.URL(), "graceful", "graceful", "--lease-ttl", "1m")...)
+	waitHolder(t, rdb.Get, keys.Lease(), "", 5*time.Second)
+	for i := 0; i < 10; i++ {
+		mustDo(t, "PUT", fmt.Sprintf("%s/graceful/_doc/%d", c.URL(), i), `{}`)
+	}
+	waitCaughtUp(t, c, storeFor(t, srv, "graceful"), []string{"graceful"}, 10*time.Second)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.out)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no exit within 10s of SIGTERM:\n%s", p.out)
+	}
+	if n, _ := rdb.Exists(context.Background(), keys.Lease()).Result(); n != 0 {
+		t.Fatalf("the lease is still held after a graceful stop (TTL 1m would block a standby)")
+	}
+	if !strings.Contains(p.out.String(), "released the lease") {
+		t.Errorf("no log line about releasing the lease:\n%s", p.out)
+	}
+}
