@@ -413,19 +413,9 @@ func (c *Cluster) runShards(targets []target, req *searchReq, pref preference, l
 		s := t.s
 		s.mu.Lock()
 		cp := c.pickCopy(s, pref)
-		if f := c.checkShardRead(t, cp); f != nil {
+		if f := c.shardQueryFailure(t, cp, req); f != nil {
 			s.mu.Unlock()
 			out[i].failure = f
-			continue
-		}
-		if e := seqNoFailure(t.ix, req.uses); e != nil {
-			s.mu.Unlock()
-			out[i].failure = &shardFailure{shard: s.num, index: t.ix.name, node: c.nodeID(cp.node), reason: e}
-			continue
-		}
-		if e := resultWindowCheck(t.ix, req); e != nil {
-			s.mu.Unlock()
-			out[i].failure = &shardFailure{shard: s.num, index: t.ix.name, node: c.nodeID(cp.node), reason: e}
 			continue
 		}
 		cp.counters.queries.Add(1)
@@ -435,6 +425,23 @@ func (c *Cluster) runShards(targets []target, req *searchReq, pref preference, l
 		out[i] = shardResult{hits: hits, total: total}
 	}
 	return out
+}
+
+// shardQueryFailure is why the query phase on copy cp of target t fails, or
+// nil: no started copy, an injected failure, _seq_no read on an index with
+// sequence numbers disabled, or a result window too large. s.mu is held.
+func (c *Cluster) shardQueryFailure(t target, cp *shardCopy, req *searchReq) *shardFailure {
+	if f := c.checkShardRead(t, cp); f != nil {
+		return f
+	}
+	e := seqNoFailure(t.ix, req.uses)
+	if e == nil {
+		e = resultWindowCheck(t.ix, req)
+	}
+	if e != nil {
+		return &shardFailure{shard: t.s.num, index: t.ix.name, node: c.nodeID(cp.node), reason: e}
+	}
+	return nil
 }
 
 func resultWindowCheck(ix *index, req *searchReq) *esError {
@@ -689,12 +696,8 @@ func (c *Cluster) openScroll(r *request, req *searchReq, targets []target, pref 
 		s.mu.Lock()
 		cp := c.pickCopy(s, pref)
 		cs := &ctxShard{t: t, cp: cp}
-		if f := c.checkShardRead(t, cp); f != nil {
+		if f := c.shardQueryFailure(t, cp, req); f != nil {
 			cs.failure = f
-		} else if e := seqNoFailure(t.ix, req.uses); e != nil {
-			cs.failure = &shardFailure{shard: s.num, index: t.ix.name, node: c.nodeID(cp.node), reason: e}
-		} else if e := resultWindowCheck(t.ix, req); e != nil {
-			cs.failure = &shardFailure{shard: s.num, index: t.ix.name, node: c.nodeID(cp.node), reason: e}
 		} else {
 			cp.counters.scrolls.Add(1)
 			cs.snap = cp.snapshot()
@@ -949,12 +952,8 @@ func (c *Cluster) searchPIT(r *request, req *searchReq, start time.Time) (reply,
 		case !cs.cp.started:
 			cs.failure = &shardFailure{shard: s.num, index: cs.t.ix.name, node: c.nodeID(cs.cp.node), reason: errSearchContextMissing(sc.id)}
 		default:
-			if f := c.checkShardRead(cs.t, cs.cp); f != nil {
+			if f := c.shardQueryFailure(cs.t, cs.cp, req); f != nil {
 				results[i].failure = f
-			} else if e := seqNoFailure(cs.t.ix, req.uses); e != nil {
-				results[i].failure = &shardFailure{shard: s.num, index: cs.t.ix.name, node: c.nodeID(cs.cp.node), reason: e}
-			} else if e := resultWindowCheck(cs.t.ix, req); e != nil {
-				results[i].failure = &shardFailure{shard: s.num, index: cs.t.ix.name, node: c.nodeID(cs.cp.node), reason: e}
 			} else {
 				cs.cp.counters.queries.Add(1)
 				results[i].hits, results[i].total = searchView(view{dense: cs.snap}, cs.t, req, req.from+req.size, countLimit)

@@ -514,27 +514,17 @@ func (o *op) public() Op {
 // History returns the ops copy number cp (0 = the first copy listed by
 // ShardState) has processed, by seq no.
 func (c *Cluster) History(indexName string, num, cp int) ([]Op, error) {
-	s, err := c.lookupShard(indexName, num)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if cp < 0 || cp >= len(s.copies) {
-		return nil, fmt.Errorf("shard %d of %q has no copy %d", num, indexName, cp)
-	}
-	var out []Op
-	for _, o := range s.copies[cp].ops {
-		if o != nil {
-			out = append(out, o.public())
-		}
-	}
-	return out, nil
+	return c.copyOps(indexName, num, cp, func(c *shardCopy) []*op { return c.ops })
 }
 
 // VisibleDocs returns the documents copy cp can return to a search now,
 // ordered by seq no.
 func (c *Cluster) VisibleDocs(indexName string, num, cp int) ([]Op, error) {
+	return c.copyOps(indexName, num, cp, func(c *shardCopy) []*op { return c.bySeq })
+}
+
+// copyOps lists the non-nil entries of a seq-indexed slice of one copy.
+func (c *Cluster) copyOps(indexName string, num, cp int, bySeq func(*shardCopy) []*op) ([]Op, error) {
 	s, err := c.lookupShard(indexName, num)
 	if err != nil {
 		return nil, err
@@ -545,7 +535,7 @@ func (c *Cluster) VisibleDocs(indexName string, num, cp int) ([]Op, error) {
 		return nil, fmt.Errorf("shard %d of %q has no copy %d", num, indexName, cp)
 	}
 	var out []Op
-	for _, o := range s.copies[cp].bySeq {
+	for _, o := range bySeq(s.copies[cp]) {
 		if o != nil {
 			out = append(out, o.public())
 		}
