@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/deletes"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay"
 	"github.com/es-changefeed/es-changefeed/relay/es"
@@ -28,6 +29,11 @@ func runCommand() *cli.Command {
 		&cli.IntFlag{Name: "batch-size", Value: relay.DefaultBatchSize, Usage: "search page size = most events per commit (1..10000)", Sources: cli.EnvVars("ESCF_BATCH_SIZE")},
 		&cli.StringFlag{Name: "from", Value: relay.FromBeginning, Usage: "start of shards without a checkpoint: beginning or now", Sources: cli.EnvVars("ESCF_FROM")},
 		&cli.DurationFlag{Name: "lease-ttl", Value: redisx.DefaultLeaseTTL, Usage: "relay lease TTL; a standby takes over within 2×TTL of the owner's death", Sources: cli.EnvVars("ESCF_LEASE_TTL"), Validator: positiveDuration("lease-ttl")},
+		&cli.BoolFlag{Name: "deletes", Usage: "detect deleted documents and emit delete events", Sources: cli.EnvVars("ESCF_DELETES")},
+		&cli.DurationFlag{Name: "delete-scan-interval", Value: deletes.DefaultInterval, Usage: "least time between two delete scans of a shard", Sources: cli.EnvVars("ESCF_DELETE_SCAN_INTERVAL"), Validator: positiveDuration("delete-scan-interval")},
+		&cli.FloatFlag{Name: "max-delete-fraction", Value: deletes.DefaultMaxDeleteFraction, Usage: "a scan deleting more than this share of a shard's documents is confirmed by a second scan first", Sources: cli.EnvVars("ESCF_MAX_DELETE_FRACTION")},
+		&cli.StringFlag{Name: "delete-listing", Value: "auto", Usage: "how scans list live ids: auto, pit or scroll", Sources: cli.EnvVars("ESCF_DELETE_LISTING")},
+		&cli.BoolFlag{Name: "index-deleted-event", Usage: "end a deleted index with one index_deleted event instead of a delete per document", Sources: cli.EnvVars("ESCF_INDEX_DELETED_EVENT")},
 	}
 	return &cli.Command{
 		Name:   "run",
@@ -49,6 +55,12 @@ type runConfig struct {
 	batch      int
 	from       string
 	leaseTTL   time.Duration
+
+	deletes           bool
+	scanInterval      time.Duration
+	maxDeleteFraction float64
+	listing           string
+	indexDeletedEvent bool
 }
 
 func parseRunFlags(cmd *cli.Command) (runConfig, error) {
@@ -56,7 +68,19 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 		esURLs: splitList(cmd.StringSlice("es")), esUser: cmd.String("es-user"), esPassword: cmd.String("es-password"),
 		redisURL: cmd.String("redis"), feed: cmd.String("feed"), indices: splitList(cmd.StringSlice("index")),
 		poll: cmd.Duration("poll-interval"), batch: cmd.Int("batch-size"), from: cmd.String("from"),
-		leaseTTL: cmd.Duration("lease-ttl"),
+		leaseTTL: cmd.Duration("lease-ttl"), deletes: cmd.Bool("deletes"), scanInterval: cmd.Duration("delete-scan-interval"),
+		maxDeleteFraction: cmd.Float("max-delete-fraction"), listing: cmd.String("delete-listing"),
+		indexDeletedEvent: cmd.Bool("index-deleted-event"),
+	}
+	if c.maxDeleteFraction <= 0 || c.maxDeleteFraction > 1 {
+		return c, usagef("--max-delete-fraction %g: want a share in (0, 1], e.g. 0.5", c.maxDeleteFraction)
+	}
+	switch c.listing {
+	case "auto":
+		c.listing = es.ListingAuto
+	case es.ListingPIT, es.ListingScroll:
+	default:
+		return c, usagef("--delete-listing %q: want auto, pit or scroll", c.listing)
 	}
 	if len(c.indices) == 0 {
 		return c, usagef("no index to follow: pass --index <name> (or ESCF_INDEX)")
@@ -113,9 +137,6 @@ func runRelay(ctx context.Context, cfg runConfig, log *slog.Logger) error {
 		return explainES(err, cfg)
 	}
 	log.Info("connected", "distribution", info.Distribution, "version", info.Version, "cluster", info.ClusterName)
-	if _, err := client.Stats(pctx, cfg.indices); err != nil {
-		return explainES(err, cfg)
-	}
 	keys := redisx.NewKeys(cfg.feed)
 	lease, err := redisx.NewLease(redisx.LeaseConfig{Client: rdb, Key: keys.Lease(), TTL: cfg.leaseTTL, Owner: ownerName()})
 	if err != nil {
@@ -125,13 +146,58 @@ func runRelay(ctx context.Context, cfg runConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if err := checkIndices(pctx, client, store, cfg); err != nil {
+		return err
+	}
+	var scanner *deletes.Scanner
+	if cfg.deletes {
+		scanner, err = deletes.New(deletes.Config{ES: client, Client: rdb, Keys: keys, Store: store,
+			Interval: cfg.scanInterval, MaxDeleteFraction: cfg.maxDeleteFraction, Listing: cfg.listing, Logger: log})
+		if err != nil {
+			return usageError{err}
+		}
+	}
 	r, err := relay.New(relay.Config{ES: client, Store: store, Lease: lease, Indices: cfg.indices,
-		PollInterval: cfg.poll, BatchSize: cfg.batch, From: cfg.from, Logger: log})
+		PollInterval: cfg.poll, BatchSize: cfg.batch, From: cfg.from, Deletes: scanner,
+		IndexDeletedEvent: cfg.indexDeletedEvent, Logger: log})
 	if err != nil {
 		return usageError{err}
 	}
 	log.Info("relay starting", "feed", cfg.feed, "stream", keys.Events(), "indices", cfg.indices)
 	return r.Run(ctx)
+}
+
+// checkIndices refuses indices that do not exist, unless the feed followed
+// an index of that name before (then it is gone, and the relay emits its
+// end).
+func checkIndices(ctx context.Context, client *es.Client, store *checkpoint.Store, cfg runConfig) error {
+	if _, err := client.Stats(ctx, cfg.indices); err == nil || !es.IsNotFound(err) {
+		if err != nil {
+			return explainES(err, cfg)
+		}
+		return nil
+	}
+	state, err := store.Load(ctx)
+	if err != nil {
+		return err
+	}
+	for _, name := range cfg.indices {
+		_, err := client.Stats(ctx, []string{name})
+		if err == nil {
+			continue
+		}
+		if !es.IsNotFound(err) {
+			return explainES(err, cfg)
+		}
+		known := false
+		for _, info := range state.Indices {
+			known = known || info.Name == name
+		}
+		if !known {
+			return explainES(err, cfg)
+		}
+	}
+	return nil
 }
 
 // explainES turns a failed startup call into one line a user can act on.

@@ -36,9 +36,9 @@ func BenchmarkCommit(b *testing.B) {
 	for _, batch := range []int{100, 500, 1000} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
 			evs := benchEvents(batch)
-			ids := make([]string, batch)
+			ids := make([]checkpoint.Doc, batch)
 			for i, e := range evs {
-				ids[i] = e.ID
+				ids[i] = checkpoint.Doc{ID: e.ID}
 			}
 			st, lease, srv := newStore(b, "bench", time.Minute)
 			ctx := context.Background()
@@ -64,7 +64,7 @@ func BenchmarkCommit(b *testing.B) {
 				err := st.Commit(ctx, checkpoint.Batch{
 					Events:      evs,
 					Checkpoints: map[checkpoint.ShardID]int64{shard: int64(i)},
-					Delivered:   map[checkpoint.ShardID][]string{shard: ids},
+					Delivered:   map[checkpoint.ShardID][]checkpoint.Doc{shard: ids},
 				})
 				if err != nil {
 					b.Fatal(err)

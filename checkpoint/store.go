@@ -29,6 +29,15 @@ type IndexInfo struct {
 	Target    string    `json:"target"`
 	Shards    int       `json:"shards"`
 	FirstSeen time.Time `json:"first_seen"`
+	// ClusterUUID is the cluster the index was seen on: an index is only
+	// treated as gone (deletes for all its documents) on that cluster.
+	ClusterUUID string `json:"cluster_uuid,omitempty"`
+}
+
+// Doc is a delivered document's identity within its shard.
+type Doc struct {
+	ID      string
+	Routing string
 }
 
 // State is the durable cursor of a feed.
@@ -36,6 +45,13 @@ type State struct {
 	// Checkpoints is the highest seq no delivered (or skipped as not a
 	// document) per shard; absent when the shard was never read.
 	Checkpoints map[ShardID]int64
+	// Gaps counts, per shard, seq nos read past without a hit since the
+	// shard's last delete scan: a shard with no gap cannot have lost a
+	// delivered document.
+	Gaps map[ShardID]int64
+	// Origins are the checkpoints shards started from when not -1 (--from
+	// now): documents at or below were never delivered unless rewritten.
+	Origins map[ShardID]int64
 	// Indices are the indices the feed has seen, by uuid.
 	Indices map[string]IndexInfo
 }
@@ -46,17 +62,30 @@ type Batch struct {
 	Events []redisx.Event
 	// Checkpoints are set (HSET) per shard.
 	Checkpoints map[ShardID]int64
-	// Delivered ids are added to each shard's delivered set (SADD).
-	Delivered map[ShardID][]string
-	// Removed ids are removed from each shard's delivered set (SREM).
+	// Gaps are added (HINCRBY) to each shard's gap counter.
+	Gaps map[ShardID]int64
+	// Origins are set (HSET) for shards that start above -1.
+	Origins map[ShardID]int64
+	// Delivered documents are added to each shard's delivered set (SADD),
+	// and their custom routing to its routing hash.
+	Delivered map[ShardID][]Doc
+	// Removed ids leave each shard's delivered set and routing hash.
 	Removed map[ShardID][]string
 	// Indices are recorded (HSET) by uuid.
 	Indices map[string]IndexInfo
+	// ForgetShards drop all state of shards: checkpoint and gap fields,
+	// delivered set, routing hash.
+	ForgetShards []ShardID
+	// ForgetIndices drop index records by uuid.
+	ForgetIndices []string
+	// DropKeys are scratch keys of the feed to delete (DEL).
+	DropKeys []string
 }
 
 func (b Batch) empty() bool {
-	return len(b.Events) == 0 && len(b.Checkpoints) == 0 && len(b.Delivered) == 0 &&
-		len(b.Removed) == 0 && len(b.Indices) == 0
+	return len(b.Events) == 0 && len(b.Checkpoints) == 0 && len(b.Gaps) == 0 && len(b.Origins) == 0 && len(b.Delivered) == 0 &&
+		len(b.Removed) == 0 && len(b.Indices) == 0 && len(b.ForgetShards) == 0 && len(b.ForgetIndices) == 0 &&
+		len(b.DropKeys) == 0
 }
 
 // Config configures a Store.
@@ -93,23 +122,36 @@ func New(cfg Config) (*Store, error) {
 	return &Store{cfg: cfg}, nil
 }
 
+// Client is the Redis client the store writes to.
+func (s *Store) Client() redis.UniversalClient { return s.cfg.Client }
+
+// Keys names the feed's keys.
+func (s *Store) Keys() redisx.Keys { return s.cfg.Keys }
+
 // Load reads the checkpoints and known indices.
 func (s *Store) Load(ctx context.Context) (State, error) {
-	st := State{Checkpoints: map[ShardID]int64{}, Indices: map[string]IndexInfo{}}
+	st := State{Checkpoints: map[ShardID]int64{}, Gaps: map[ShardID]int64{}, Origins: map[ShardID]int64{}, Indices: map[string]IndexInfo{}}
 	cps, err := s.cfg.Client.HGetAll(ctx, s.cfg.Keys.Checkpoints()).Result()
 	if err != nil {
 		return st, fmt.Errorf("load checkpoints %s: %w", s.cfg.Keys.Checkpoints(), err)
 	}
 	for field, v := range cps {
-		id, ok := parseShardField(field)
+		dst := st.Checkpoints
+		name := field
+		if f, ok := strings.CutSuffix(field, "/gap"); ok {
+			dst, name = st.Gaps, f
+		} else if f, ok := strings.CutSuffix(field, "/origin"); ok {
+			dst, name = st.Origins, f
+		}
+		id, ok := parseShardField(name)
 		if !ok {
-			continue // other per-shard fields (e.g. gap counters) are not checkpoints
+			return st, fmt.Errorf("load checkpoints %s: field %q is not <index_uuid>/<shard>[/gap|/origin]", s.cfg.Keys.Checkpoints(), field)
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
 			return st, fmt.Errorf("load checkpoints %s: field %q = %q is not an integer", s.cfg.Keys.Checkpoints(), field, v)
 		}
-		st.Checkpoints[id] = n
+		dst[id] = n
 	}
 	idx, err := s.cfg.Client.HGetAll(ctx, s.cfg.Keys.Indices()).Result()
 	if err != nil {
@@ -195,14 +237,27 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) error {
 			for _, e := range b.Events {
 				adds = append(adds, p.XAdd(ctx, &redis.XAddArgs{Stream: k.Events(), Values: e.Values()}))
 			}
-			for id, ids := range b.Delivered {
-				if len(ids) > 0 {
-					p.SAdd(ctx, k.Delivered(id.IndexUUID, id.Shard), toAny(ids)...)
+			for id, docs := range b.Delivered {
+				if len(docs) == 0 {
+					continue
+				}
+				ids := make([]any, len(docs))
+				var routed []any
+				for i, d := range docs {
+					ids[i] = d.ID
+					if d.Routing != "" {
+						routed = append(routed, d.ID, d.Routing)
+					}
+				}
+				p.SAdd(ctx, k.Delivered(id.IndexUUID, id.Shard), ids...)
+				if len(routed) > 0 {
+					p.HSet(ctx, k.Routing(id.IndexUUID, id.Shard), routed...)
 				}
 			}
 			for id, ids := range b.Removed {
 				if len(ids) > 0 {
 					p.SRem(ctx, k.Delivered(id.IndexUUID, id.Shard), toAny(ids)...)
+					p.HDel(ctx, k.Routing(id.IndexUUID, id.Shard), ids...)
 				}
 			}
 			if len(b.Checkpoints) > 0 {
@@ -211,6 +266,24 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) error {
 					vals = append(vals, id.String(), strconv.FormatInt(cp, 10))
 				}
 				p.HSet(ctx, k.Checkpoints(), vals...)
+			}
+			for id, n := range b.Origins {
+				p.HSet(ctx, k.Checkpoints(), redisx.OriginField(id.IndexUUID, id.Shard), strconv.FormatInt(n, 10))
+			}
+			for id, n := range b.Gaps {
+				if n != 0 {
+					p.HIncrBy(ctx, k.Checkpoints(), redisx.GapField(id.IndexUUID, id.Shard), n)
+				}
+			}
+			for _, id := range b.ForgetShards {
+				p.HDel(ctx, k.Checkpoints(), id.String(), redisx.GapField(id.IndexUUID, id.Shard), redisx.OriginField(id.IndexUUID, id.Shard))
+				p.Del(ctx, k.Delivered(id.IndexUUID, id.Shard), k.Routing(id.IndexUUID, id.Shard), k.Scan(id.IndexUUID, id.Shard))
+			}
+			if len(b.ForgetIndices) > 0 {
+				p.HDel(ctx, k.Indices(), b.ForgetIndices...)
+			}
+			if len(b.DropKeys) > 0 {
+				p.Del(ctx, b.DropKeys...)
 			}
 			if len(b.Indices) > 0 {
 				vals := make([]any, 0, 2*len(b.Indices))

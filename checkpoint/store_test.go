@@ -48,7 +48,8 @@ func TestStore_CommitThenLoad(t *testing.T) {
 	b := checkpoint.Batch{
 		Events:      []redisx.Event{upsert("U1", 0, "a", 0), upsert("U1", 0, "b", 3), upsert("U1", 1, "a", 1)},
 		Checkpoints: map[checkpoint.ShardID]int64{sh0: 5, sh1: 1},
-		Delivered:   map[checkpoint.ShardID][]string{sh0: {"a", "b"}, sh1: {"a"}},
+		Delivered:   map[checkpoint.ShardID][]checkpoint.Doc{sh0: {{ID: "a"}, {ID: "b", Routing: "r1"}}, sh1: {{ID: "a"}}},
+		Gaps:        map[checkpoint.ShardID]int64{sh0: 2},
 		Indices:     map[string]checkpoint.IndexInfo{"U1": {Name: "idx", Target: "idx", Shards: 2, FirstSeen: time.Unix(100, 0).UTC()}},
 	}
 	if err := st.Commit(ctx, b); err != nil {
@@ -90,12 +91,39 @@ func TestStore_CommitThenLoad(t *testing.T) {
 	if ids, _ := rdb.SMembers(ctx, keys.Delivered("U1", 0)).Result(); len(ids) != 2 {
 		t.Errorf("delivered U1/0 = %v, want [a b]", ids)
 	}
-	// SREM in a later batch.
-	if err := st.Commit(ctx, checkpoint.Batch{Removed: map[checkpoint.ShardID][]string{sh0: {"a"}}}); err != nil {
+	if r, _ := rdb.HGetAll(ctx, keys.Routing("U1", 0)).Result(); len(r) != 1 || r["b"] != "r1" {
+		t.Errorf("routing U1/0 = %v, want b=r1", r)
+	}
+	if got.Gaps[sh0] != 2 {
+		t.Errorf("gap U1/0 = %d, want 2", got.Gaps[sh0])
+	}
+	// SREM (and HDEL of the routing) and a gap adjustment in a later batch.
+	if err := st.Commit(ctx, checkpoint.Batch{Removed: map[checkpoint.ShardID][]string{sh0: {"b"}}, Gaps: map[checkpoint.ShardID]int64{sh0: -2}}); err != nil {
 		t.Fatal(err)
 	}
-	if ids, _ := rdb.SMembers(ctx, keys.Delivered("U1", 0)).Result(); len(ids) != 1 || ids[0] != "b" {
-		t.Errorf("delivered U1/0 after SREM = %v, want [b]", ids)
+	if ids, _ := rdb.SMembers(ctx, keys.Delivered("U1", 0)).Result(); len(ids) != 1 || ids[0] != "a" {
+		t.Errorf("delivered U1/0 after SREM = %v, want [a]", ids)
+	}
+	if n, _ := rdb.HLen(ctx, keys.Routing("U1", 0)).Result(); n != 0 {
+		t.Errorf("routing U1/0 has %d fields after the routed id was removed", n)
+	}
+	if again, _ := st.Load(ctx); again.Gaps[sh0] != 0 {
+		t.Errorf("gap U1/0 after -2 = %d, want 0", again.Gaps[sh0])
+	}
+	// Forget the index: every key and field of its shards goes.
+	scratch := keys.Scan("U1", 1)
+	rdb.SAdd(ctx, scratch, "x")
+	if err := st.Commit(ctx, checkpoint.Batch{ForgetShards: []checkpoint.ShardID{sh0, sh1}, ForgetIndices: []string{"U1"}}); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := st.Load(ctx)
+	if len(after.Checkpoints) != 0 || len(after.Gaps) != 0 || len(after.Indices) != 0 {
+		t.Errorf("state after forgetting U1: %+v", after)
+	}
+	for _, key := range []string{keys.Delivered("U1", 0), keys.Delivered("U1", 1), keys.Routing("U1", 0), scratch} {
+		if n, _ := rdb.Exists(ctx, key).Result(); n != 0 {
+			t.Errorf("%s still exists after forgetting the index", key)
+		}
 	}
 }
 

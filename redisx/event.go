@@ -22,6 +22,10 @@ const (
 	OpSnapshotEnd   Op = "snapshot_end"
 )
 
+// document reports whether the op is about one document (upsert, delete)
+// rather than an index or the feed.
+func (o Op) document() bool { return o == OpUpsert || o == OpDelete }
+
 func (o Op) valid() bool {
 	switch o {
 	case OpUpsert, OpDelete, OpIndexDeleted, OpSnapshotStart, OpSnapshotEnd:
@@ -35,7 +39,8 @@ func (o Op) valid() bool {
 //
 // Stream fields (flat, all strings): op, index, index_uuid, shard, id,
 // routing (only when set), seq_no, primary_term, version, source (upserts
-// only), target (only when set).
+// only), target (only when set). Ops that are not about one document
+// (index_deleted, snapshot_*) carry no shard, id, routing or seq fields.
 type Event struct {
 	// StreamID is the entry's stream id ("1700000000000-0"); empty before XADD.
 	StreamID string
@@ -65,14 +70,16 @@ var ErrBadEntry = errors.New("malformed change-feed entry")
 // Values returns the event as XADD field/value pairs, in contract order.
 func (e Event) Values() []any {
 	v := make([]any, 0, 22)
-	v = append(v, "op", string(e.Op), "index", e.Index, "index_uuid", e.IndexUUID,
-		"shard", strconv.Itoa(e.Shard), "id", e.ID)
-	if e.Routing != "" {
-		v = append(v, "routing", e.Routing)
+	v = append(v, "op", string(e.Op), "index", e.Index, "index_uuid", e.IndexUUID)
+	if e.Op.document() {
+		v = append(v, "shard", strconv.Itoa(e.Shard), "id", e.ID)
+		if e.Routing != "" {
+			v = append(v, "routing", e.Routing)
+		}
+		v = append(v, "seq_no", strconv.FormatInt(e.SeqNo, 10),
+			"primary_term", strconv.FormatInt(e.PrimaryTerm, 10),
+			"version", strconv.FormatInt(e.Version, 10))
 	}
-	v = append(v, "seq_no", strconv.FormatInt(e.SeqNo, 10),
-		"primary_term", strconv.FormatInt(e.PrimaryTerm, 10),
-		"version", strconv.FormatInt(e.Version, 10))
 	if e.Op == OpUpsert || len(e.Source) > 0 {
 		v = append(v, "source", string(e.Source))
 	}
@@ -176,23 +183,25 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	writeJSONString(&b, e.Index)
 	b.WriteString(`,"index_uuid":`)
 	writeJSONString(&b, e.IndexUUID)
-	b.WriteString(`,"shard":`)
-	b.WriteString(strconv.Itoa(e.Shard))
-	b.WriteString(`,"id":`)
-	writeJSONString(&b, e.ID)
-	if e.Routing != "" {
-		b.WriteString(`,"routing":`)
-		writeJSONString(&b, e.Routing)
-	}
-	b.WriteString(`,"seq_no":`)
-	b.WriteString(strconv.FormatInt(e.SeqNo, 10))
-	if e.PrimaryTerm != 0 {
-		b.WriteString(`,"primary_term":`)
-		b.WriteString(strconv.FormatInt(e.PrimaryTerm, 10))
-	}
-	if e.Version != 0 {
-		b.WriteString(`,"version":`)
-		b.WriteString(strconv.FormatInt(e.Version, 10))
+	if e.Op.document() {
+		b.WriteString(`,"shard":`)
+		b.WriteString(strconv.Itoa(e.Shard))
+		b.WriteString(`,"id":`)
+		writeJSONString(&b, e.ID)
+		if e.Routing != "" {
+			b.WriteString(`,"routing":`)
+			writeJSONString(&b, e.Routing)
+		}
+		b.WriteString(`,"seq_no":`)
+		b.WriteString(strconv.FormatInt(e.SeqNo, 10))
+		if e.PrimaryTerm != 0 {
+			b.WriteString(`,"primary_term":`)
+			b.WriteString(strconv.FormatInt(e.PrimaryTerm, 10))
+		}
+		if e.Version != 0 {
+			b.WriteString(`,"version":`)
+			b.WriteString(strconv.FormatInt(e.Version, 10))
+		}
 	}
 	if len(e.Source) > 0 {
 		b.WriteString(`,"source":`)

@@ -32,6 +32,11 @@ func TestEvent_MarshalJSON_SeedLine(t *testing.T) {
 			want: `{"op":"upsert","index":"i","index_uuid":"u","shard":2,"id":"a","routing":"r1","seq_no":5,"primary_term":2,"version":3,"source":{"x":1},"target":"logs-*"}`,
 		},
 		{
+			name: "index_deleted has no document fields",
+			e:    Event{Op: OpIndexDeleted, Index: "escf-cli", IndexUUID: "U", Target: "escf-*"},
+			want: `{"op":"index_deleted","index":"escf-cli","index_uuid":"U","target":"escf-*"}`,
+		},
+		{
 			name: "target equal to the index is left out",
 			e:    Event{Op: OpUpsert, Index: "i", IndexUUID: "u", Shard: 0, ID: "a", SeqNo: 1, PrimaryTerm: 1, Version: 1, Source: json.RawMessage(`{}`), Target: "i"},
 			want: `{"op":"upsert","index":"i","index_uuid":"u","shard":0,"id":"a","seq_no":1,"primary_term":1,"version":1,"source":{}}`,

@@ -13,6 +13,8 @@ import (
 //	escf:{feed}:checkpoints                 hash  <uuid>/<shard> -> checkpoint
 //	escf:{feed}:indices                     hash  <uuid> -> index JSON
 //	escf:{feed}:delivered:<uuid>:<shard>    set   ids delivered as upserts
+//	escf:{feed}:routing:<uuid>:<shard>      hash  id -> custom routing (routed ids only)
+//	escf:{feed}:scan:<uuid>:<shard>         set   live ids of a delete scan in progress
 //	escf:{feed}:lease                       string owner token (PX TTL)
 //	escf:{feed}:dead                        stream of dead-lettered events
 type Keys struct {
@@ -57,6 +59,17 @@ func (k Keys) Delivered(indexUUID string, shard int) string {
 	return "escf:" + k.tag + ":delivered:" + indexUUID + ":" + strconv.Itoa(shard)
 }
 
+// Routing is the hash of custom routing values of delivered ids of one
+// shard (only ids that have one), so delete events can carry it.
+func (k Keys) Routing(indexUUID string, shard int) string {
+	return "escf:" + k.tag + ":routing:" + indexUUID + ":" + strconv.Itoa(shard)
+}
+
+// Scan is the scratch set of live ids a delete scan of one shard lists.
+func (k Keys) Scan(indexUUID string, shard int) string {
+	return "escf:" + k.tag + ":scan:" + indexUUID + ":" + strconv.Itoa(shard)
+}
+
 // Lease is the relay lease.
 func (k Keys) Lease() string { return "escf:" + k.tag + ":lease" }
 
@@ -66,4 +79,17 @@ func (k Keys) Dead() string { return "escf:" + k.tag + ":dead" }
 // CheckpointField is the checkpoints-hash field of one shard.
 func CheckpointField(indexUUID string, shard int) string {
 	return indexUUID + "/" + strconv.Itoa(shard)
+}
+
+// GapField is the checkpoints-hash field counting a shard's seq nos that
+// were neither delivered nor proven harmless since its last delete scan
+// (deletes, superseded updates, no-ops).
+func GapField(indexUUID string, shard int) string {
+	return CheckpointField(indexUUID, shard) + "/gap"
+}
+
+// OriginField is the checkpoints-hash field holding where the feed began
+// reading a shard, when not from its beginning (--from now).
+func OriginField(indexUUID string, shard int) string {
+	return CheckpointField(indexUUID, shard) + "/origin"
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/deletes"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
@@ -66,6 +67,13 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the retry delay after errors.
 	// Defaults 100ms and 30s.
 	MinBackoff, MaxBackoff time.Duration
+	// Deletes, when set, scans shards for deleted documents between their
+	// reads (--deletes). Default nil: no delete detection.
+	Deletes *deletes.Scanner
+	// IndexDeletedEvent makes an index that disappears end with one
+	// index_deleted event instead of a delete per delivered document.
+	// Without Deletes it is always the single event.
+	IndexDeletedEvent bool
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -129,6 +137,9 @@ func (c Config) withDefaults() Config {
 type Relay struct {
 	cfg Config
 	log *slog.Logger
+
+	mu          sync.Mutex
+	clusterUUID string // of the cluster this relay reads, from GET /
 }
 
 // New returns a Relay.
@@ -198,6 +209,11 @@ func (r *Relay) acquire(ctx context.Context) error {
 func (r *Relay) lead(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	if info, err := r.cfg.ES.Info(ctx); err == nil {
+		r.mu.Lock()
+		r.clusterUUID = info.ClusterUUID
+		r.mu.Unlock()
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -221,216 +237,6 @@ func (r *Relay) lead(ctx context.Context) error {
 		return cause
 	}
 	return ctx.Err()
-}
-
-// cursor is what an index loop knows of its index.
-type cursor struct {
-	loaded bool
-	stored map[checkpoint.ShardID]int64 // checkpoints as last loaded
-	known  map[string]bool              // index uuids recorded in the indices hash
-	seen   bool                         // an index of this name was adopted by this process
-	told   string                       // the uuid last announced in the log
-
-	uuid string
-	cps  map[int]int64 // shard -> checkpoint of uuid; absent: never read
-}
-
-// follow runs rounds on one index until ctx ends. Errors are retried with
-// backoff; after any error the cursor is reloaded from Redis, because a
-// failed commit may have been written.
-func (r *Relay) follow(ctx context.Context, name string) error {
-	log := r.log.With(logIndex, name)
-	b := r.newBackoff()
-	var cur cursor
-	for {
-		progressed, err := r.round(ctx, name, &cur)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if errors.Is(err, redisx.ErrLeaseLost) {
-			return err
-		}
-		if err != nil {
-			cur.loaded = false
-			d := b.next()
-			b.report(log, "round failed; retrying", err, d)
-			if !sleep(ctx, d) {
-				return nil
-			}
-			continue
-		}
-		b.recovered(log)
-		if !progressed && !sleep(ctx, r.cfg.PollInterval) {
-			return nil
-		}
-	}
-}
-
-// round reads every shard whose global checkpoint moved past its checkpoint.
-// It reports whether anything was committed.
-func (r *Relay) round(ctx context.Context, name string, cur *cursor) (bool, error) {
-	if !cur.loaded {
-		if err := r.load(ctx, cur); err != nil {
-			return false, err
-		}
-	}
-	stats, err := r.cfg.ES.Stats(ctx, []string{name})
-	if err != nil {
-		return false, err
-	}
-	st, ok := stats[name]
-	if !ok {
-		return false, fmt.Errorf("stats of %s do not list the index", name)
-	}
-	if st.UUID != cur.uuid {
-		if err := r.adopt(ctx, name, st, cur); err != nil {
-			return false, err
-		}
-	}
-	type work struct{ shard, cp, gcp int64 }
-	var todo []work
-	for _, sc := range st.Shards {
-		cp, ok := cur.cps[sc.Shard]
-		if !ok {
-			cp = -1
-		}
-		if sc.GlobalCheckpoint > cp {
-			todo = append(todo, work{int64(sc.Shard), cp, sc.GlobalCheckpoint})
-		}
-	}
-	if len(todo) == 0 {
-		return false, nil
-	}
-	// After the refresh every op <= gcp is searchable on every copy, so
-	// preference=_shards:N may be served by a replica.
-	if err := r.cfg.ES.Refresh(ctx, name); err != nil {
-		return false, err
-	}
-	for _, w := range todo {
-		if err := r.readShard(ctx, name, cur, int(w.shard), w.cp, w.gcp); err != nil {
-			return true, err
-		}
-	}
-	return true, nil
-}
-
-// load reads the stored checkpoints and known indices. The index's uuid is
-// adopted again by the next round.
-func (r *Relay) load(ctx context.Context, cur *cursor) error {
-	state, err := r.cfg.Store.Load(ctx)
-	if err != nil {
-		return err
-	}
-	cur.loaded, cur.uuid, cur.cps = true, "", nil
-	cur.stored = state.Checkpoints
-	cur.known = make(map[string]bool, len(state.Indices))
-	for uuid := range state.Indices {
-		cur.known[uuid] = true
-	}
-	return nil
-}
-
-// adopt makes st's uuid the index followed: its stored checkpoints become
-// the cursor. An index seen for the first time is checked (sequence numbers
-// must be enabled) and recorded; with From=now, shards without a checkpoint
-// that exist when the relay starts begin at the current global checkpoint,
-// while an index created later (a new uuid for the name) starts from its
-// beginning.
-func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *cursor) error {
-	settings, err := r.cfg.ES.Settings(ctx, name)
-	if err != nil {
-		return err
-	}
-	if settings.SequenceNumbersDisabled {
-		return fmt.Errorf("index %s has sequence numbers disabled (index.disable_sequence_numbers: true): a change feed cannot follow it", name)
-	}
-	if settings.UUID != "" && settings.UUID != st.UUID {
-		return fmt.Errorf("index %s changed while being read (uuid %s, then %s)", name, st.UUID, settings.UUID)
-	}
-	if cur.told != "" && cur.told != st.UUID {
-		r.log.Warn("index was re-created: following the new index from its beginning", logIndex, name, "old_uuid", cur.told, logUUID, st.UUID)
-	}
-	cps := map[int]int64{}
-	for id, cp := range cur.stored {
-		if id.IndexUUID == st.UUID {
-			cps[id.Shard] = cp
-		}
-	}
-	batch := checkpoint.Batch{Checkpoints: map[checkpoint.ShardID]int64{}}
-	if !cur.known[st.UUID] {
-		batch.Indices = map[string]checkpoint.IndexInfo{st.UUID: {Name: name, Target: name, Shards: settings.Shards, FirstSeen: time.Now().UTC()}}
-	}
-	if r.cfg.From == FromNow && !cur.seen {
-		for _, sc := range st.Shards {
-			if _, ok := cps[sc.Shard]; !ok {
-				batch.Checkpoints[checkpoint.ShardID{IndexUUID: st.UUID, Shard: sc.Shard}] = sc.GlobalCheckpoint
-			}
-		}
-	}
-	if err := r.commit(ctx, batch); err != nil {
-		return err
-	}
-	for id, cp := range batch.Checkpoints {
-		cps[id.Shard] = cp
-		cur.stored[id] = cp
-	}
-	cur.known[st.UUID] = true
-	cur.uuid, cur.cps, cur.seen = st.UUID, cps, true
-	if cur.told != st.UUID {
-		cur.told = st.UUID
-		r.log.Info("following index", logIndex, name, logUUID, st.UUID, "shards", settings.Shards, "checkpoints", len(cps))
-	}
-	return nil
-}
-
-// readShard pages through (cp, gcp] of one shard, committing each page with
-// its events, delivered ids and new checkpoint in one transaction. After the
-// last page the checkpoint is the gcp even if no hit has that seq no:
-// deletes, superseded versions and no-ops consume seq nos too.
-func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard int, cp, gcp int64) error {
-	id := checkpoint.ShardID{IndexUUID: cur.uuid, Shard: shard}
-	after := cp
-	for {
-		hits, err := r.cfg.ES.SearchShard(ctx, es.ShardPage{Index: name, Shard: shard, After: after, UpTo: gcp, Size: r.cfg.BatchSize})
-		if err != nil {
-			return err
-		}
-		next := gcp
-		if len(hits) == r.cfg.BatchSize && hits[len(hits)-1].SeqNo < gcp {
-			next = hits[len(hits)-1].SeqNo
-		}
-		batch := checkpoint.Batch{
-			Events:      make([]redisx.Event, len(hits)),
-			Checkpoints: map[checkpoint.ShardID]int64{id: next},
-		}
-		ids := make([]string, len(hits))
-		for i, h := range hits {
-			batch.Events[i] = upsertEvent(name, cur.uuid, shard, name, h)
-			ids[i] = h.ID
-		}
-		if len(ids) > 0 {
-			batch.Delivered = map[checkpoint.ShardID][]string{id: ids}
-		}
-		if err := r.commit(ctx, batch); err != nil {
-			return err
-		}
-		cur.cps[shard] = next
-		if len(hits) > 0 {
-			r.log.Debug("committed", logIndex, name, logShard, shard, logEvents, len(hits), logCP, next, logGCP, gcp)
-		}
-		if next == gcp {
-			return nil
-		}
-		after = next
-	}
-}
-
-// upsertEvent maps a hit to its event: the document as the op with that seq
-// no wrote it.
-func upsertEvent(index, uuid string, shard int, target string, h es.Hit) redisx.Event {
-	return redisx.Event{Op: redisx.OpUpsert, Index: index, IndexUUID: uuid, Shard: shard,
-		ID: h.ID, Routing: h.Routing, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm, Version: h.Version,
-		Source: h.Source, Target: target}
 }
 
 // commit writes a batch. Once started, a commit is not abandoned because

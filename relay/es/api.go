@@ -15,6 +15,7 @@ import (
 type Info struct {
 	Name         string
 	ClusterName  string
+	ClusterUUID  string
 	Version      string
 	Distribution string // "elasticsearch" or "opensearch"
 }
@@ -25,6 +26,7 @@ func (c *Client) Info(ctx context.Context) (Info, error) {
 	var r struct {
 		Name        string `json:"name"`
 		ClusterName string `json:"cluster_name"`
+		ClusterUUID string `json:"cluster_uuid"`
 		Version     struct {
 			Number       string `json:"number"`
 			Distribution string `json:"distribution"`
@@ -40,7 +42,11 @@ func (c *Client) Info(ctx context.Context) (Info, error) {
 	if d == "" {
 		d = "elasticsearch"
 	}
-	return Info{Name: r.Name, ClusterName: r.ClusterName, Version: r.Version.Number, Distribution: d}, nil
+	info := Info{Name: r.Name, ClusterName: r.ClusterName, ClusterUUID: r.ClusterUUID, Version: r.Version.Number, Distribution: d}
+	c.mu.Lock()
+	c.info = info
+	c.mu.Unlock()
+	return info, nil
 }
 
 // ShardCheckpoints is what the primary copy of one shard reports.
@@ -49,6 +55,9 @@ type ShardCheckpoints struct {
 	GlobalCheckpoint int64
 	LocalCheckpoint  int64
 	MaxSeqNo         int64
+	// PrimaryTerm (from retention_leases) rises with every failover; 0 when
+	// the cluster does not report it.
+	PrimaryTerm int64
 }
 
 // IndexStats are the primaries' checkpoints of one index. Shards whose
@@ -78,6 +87,9 @@ func (c *Client) Stats(ctx context.Context, indices []string) (map[string]IndexS
 					LocalCheckpoint  int64 `json:"local_checkpoint"`
 					GlobalCheckpoint int64 `json:"global_checkpoint"`
 				} `json:"seq_no"`
+				RetentionLeases struct {
+					PrimaryTerm int64 `json:"primary_term"`
+				} `json:"retention_leases"`
 			} `json:"shards"`
 		} `json:"indices"`
 	}
@@ -107,13 +119,23 @@ func (c *Client) Stats(ctx context.Context, indices []string) (map[string]IndexS
 					return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("shard %d of %s has no seq_no stats", n, name), Err: ErrMalformed}
 				}
 				st.Shards = append(st.Shards, ShardCheckpoints{Shard: n, GlobalCheckpoint: cp.SeqNo.GlobalCheckpoint,
-					LocalCheckpoint: cp.SeqNo.LocalCheckpoint, MaxSeqNo: cp.SeqNo.MaxSeqNo})
+					LocalCheckpoint: cp.SeqNo.LocalCheckpoint, MaxSeqNo: cp.SeqNo.MaxSeqNo, PrimaryTerm: cp.RetentionLeases.PrimaryTerm})
 			}
 		}
 		sort.Slice(st.Shards, func(i, j int) bool { return st.Shards[i].Shard < st.Shards[j].Shard })
 		out[name] = st
 	}
 	return out, nil
+}
+
+// Shard returns the checkpoints of shard n, if its primary reported.
+func (s IndexStats) Shard(n int) (ShardCheckpoints, bool) {
+	for _, sc := range s.Shards {
+		if sc.Shard == n {
+			return sc, true
+		}
+	}
+	return ShardCheckpoints{}, false
 }
 
 // IndexSettings are the settings the relay needs.

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/opensearch-project/opensearch-go/v4"
@@ -84,6 +85,9 @@ type Client struct {
 	os      *opensearch.Client
 	timeout time.Duration
 	urls    []string
+
+	mu   sync.Mutex
+	info Info // from the last Info call: decides PIT paths
 }
 
 // New returns a client. It does not contact the cluster (see Info).

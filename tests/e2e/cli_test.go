@@ -93,6 +93,10 @@ func TestCLI_BadInput(t *testing.T) {
 			[]string{`feed name "a{b}"`}},
 		{"bad batch size", []string{"run", "--es", c.URL(), "--redis", srv.URL(), "--index", "present", "--batch-size", "0"}, 2,
 			[]string{"--batch-size 0"}},
+		{"bad --max-delete-fraction", []string{"run", "--es", c.URL(), "--redis", srv.URL(), "--index", "present", "--deletes", "--max-delete-fraction", "1.5"}, 2,
+			[]string{"--max-delete-fraction 1.5"}},
+		{"bad --delete-listing", []string{"run", "--es", c.URL(), "--redis", srv.URL(), "--index", "present", "--deletes", "--delete-listing", "magic"}, 2,
+			[]string{`--delete-listing "magic"`, "auto, pit or scroll"}},
 		{"unknown flag", []string{"run", "--nope"}, 2, []string{"flag provided but not defined", "nope"}},
 		{"bad log level", []string{"run", "--index", "present", "--log-level", "loud"}, 2, []string{`--log-level "loud"`}},
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/deletes"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay"
 	"github.com/es-changefeed/es-changefeed/relay/es"
@@ -116,10 +117,19 @@ type feed struct {
 	lease *redisx.Lease
 	stop  context.CancelFunc
 	done  chan error
+
+	scanner *deletes.Scanner
 }
 
 // startRelay runs a relay in-process until the test ends (or f.halt).
 func startRelay(tb testing.TB, c *esemu.Cluster, redisURL, feedName string, indices []string, mod func(*relay.Config)) *feed {
+	tb.Helper()
+	return startRelayDeletes(tb, c, redisURL, feedName, indices, nil, mod)
+}
+
+// startRelayDeletes is startRelay with delete detection when dmod is not
+// nil (it may adjust the scanner's config; the interval defaults to 100ms).
+func startRelayDeletes(tb testing.TB, c *esemu.Cluster, redisURL, feedName string, indices []string, dmod func(*deletes.Config), mod func(*relay.Config)) *feed {
 	tb.Helper()
 	opt, err := redis.ParseURL(redisURL)
 	if err != nil {
@@ -142,7 +152,17 @@ func startRelay(tb testing.TB, c *esemu.Cluster, redisURL, feedName string, indi
 	}
 	cfg := relay.Config{ES: client, Store: store, Lease: lease, Indices: indices, PollInterval: 50 * time.Millisecond,
 		BatchSize: 100, MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(testWriter{tb}, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+		Logger: slog.New(slog.NewTextHandler(testWriter{tb}, &slog.HandlerOptions{Level: testLogLevel()}))}
+	if dmod != nil {
+		dcfg := deletes.Config{ES: client, Client: rdb, Keys: keys, Store: store, Interval: 100 * time.Millisecond,
+			DurableWait: 5 * time.Second, Logger: cfg.Logger}
+		dmod(&dcfg)
+		sc, err := deletes.New(dcfg)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cfg.Deletes = sc
+	}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -151,7 +171,7 @@ func startRelay(tb testing.TB, c *esemu.Cluster, redisURL, feedName string, indi
 		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &feed{name: feedName, rdb: rdb, keys: keys, store: store, lease: lease, stop: cancel, done: make(chan error, 1)}
+	f := &feed{name: feedName, rdb: rdb, keys: keys, store: store, lease: lease, stop: cancel, done: make(chan error, 1), scanner: cfg.Deletes}
 	go func() { f.done <- r.Run(ctx) }()
 	tb.Cleanup(f.halt)
 	return f
@@ -335,4 +355,12 @@ func caughtUp(tb testing.TB, c *esemu.Cluster, store *checkpoint.Store, indices 
 		}
 	}
 	return ""
+}
+
+// testLogLevel is Info, or Debug with ESCF_TEST_DEBUG=1.
+func testLogLevel() slog.Level {
+	if os.Getenv("ESCF_TEST_DEBUG") == "1" {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
 }

@@ -20,9 +20,29 @@ type writer struct {
 	url, index string
 	id         int
 	rng        *rand.Rand
-	docs       []string          // ids this writer created
+	docs       []string          // live ids this writer created
 	routing    map[string]string // id -> routing (fixed per document)
 	ops        int
+	next       int // ids are never reused: a deleted id stays deleted
+
+	deletes bool     // also delete documents
+	deleted []string // ids this writer deleted
+
+	tolerant bool // failed writes (e.g. during a failover) are expected: count, don't fail
+	failed   int
+}
+
+// do sends a write; a tolerant writer counts failures instead of failing.
+func (w *writer) do(tb testing.TB, method, url, body string) []byte {
+	tb.Helper()
+	if !w.tolerant {
+		return mustDo(tb, method, url, body)
+	}
+	st, b := httpDo(tb, method, url, body)
+	if st >= 300 && !(method == "DELETE" && st == 404) {
+		w.failed++
+	}
+	return b
 }
 
 func (w *writer) run(tb testing.TB, stop <-chan struct{}) {
@@ -43,7 +63,8 @@ func (w *writer) run(tb testing.TB, stop <-chan struct{}) {
 
 func (w *writer) pick() (string, string, bool) {
 	if len(w.docs) == 0 || w.rng.IntN(2) == 0 {
-		id := fmt.Sprintf("w%d-%d", w.id, len(w.docs))
+		id := fmt.Sprintf("w%d-%d", w.id, w.next)
+		w.next++
 		w.docs = append(w.docs, id)
 		if w.rng.IntN(3) == 0 {
 			w.routing[id] = fmt.Sprintf("tenant-%d", w.rng.IntN(7))
@@ -59,7 +80,27 @@ func (w *writer) source(id string) string {
 	return string(b)
 }
 
+// takeForDelete removes a random live id from the writer's documents.
+func (w *writer) takeForDelete() (string, string) {
+	i := w.rng.IntN(len(w.docs))
+	id := w.docs[i]
+	w.docs[i] = w.docs[len(w.docs)-1]
+	w.docs = w.docs[:len(w.docs)-1]
+	w.deleted = append(w.deleted, id)
+	return id, w.routing[id]
+}
+
 func (w *writer) one(tb testing.TB) {
+	if w.deletes && len(w.docs) > 3 && w.rng.IntN(5) == 0 {
+		id, routing := w.takeForDelete()
+		q := ""
+		if routing != "" {
+			q = "?routing=" + routing
+		}
+		w.do(tb, "DELETE", w.url+"/"+w.index+"/_doc/"+id+q, "")
+		w.ops++
+		return
+	}
 	id, routing, fresh := w.pick()
 	q := ""
 	if routing != "" {
@@ -67,9 +108,9 @@ func (w *writer) one(tb testing.TB) {
 	}
 	if !fresh && w.rng.IntN(2) == 0 {
 		body := fmt.Sprintf(`{"doc":{"n":%d,"patched":true}}`, w.rng.IntN(1<<20))
-		mustDo(tb, "POST", w.url+"/"+w.index+"/_update/"+id+q, body)
+		w.do(tb, "POST", w.url+"/"+w.index+"/_update/"+id+q, body)
 	} else {
-		mustDo(tb, "PUT", w.url+"/"+w.index+"/_doc/"+id+q, w.source(id))
+		w.do(tb, "PUT", w.url+"/"+w.index+"/_doc/"+id+q, w.source(id))
 	}
 	w.ops++
 }
@@ -78,6 +119,17 @@ func (w *writer) bulk(tb testing.TB) {
 	var b strings.Builder
 	n := 2 + w.rng.IntN(15)
 	for i := 0; i < n; i++ {
+		if w.deletes && len(w.docs) > 3 && w.rng.IntN(5) == 0 {
+			id, routing := w.takeForDelete()
+			meta := map[string]any{"_index": w.index, "_id": id}
+			if routing != "" {
+				meta["routing"] = routing
+			}
+			m, _ := json.Marshal(map[string]any{"delete": meta})
+			b.Write(m)
+			b.WriteByte('\n')
+			continue
+		}
 		id, routing, _ := w.pick()
 		meta := map[string]any{"_index": w.index, "_id": id}
 		if routing != "" {
@@ -89,9 +141,12 @@ func (w *writer) bulk(tb testing.TB) {
 		b.WriteString(w.source(id))
 		b.WriteByte('\n')
 	}
-	body := mustDo(tb, "POST", w.url+"/_bulk", b.String())
+	body := w.do(tb, "POST", w.url+"/_bulk", b.String())
 	if strings.Contains(string(body), `"errors":true`) {
-		tb.Errorf("bulk had item errors: %s", body)
+		if !w.tolerant {
+			tb.Errorf("bulk had item errors: %s", body)
+		}
+		w.failed++
 	}
 	w.ops += n
 }

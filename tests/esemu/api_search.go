@@ -689,7 +689,8 @@ func apiCount(c *Cluster, r *request) (reply, *esError) {
 
 // openScroll runs the first page of a scroll and keeps the rest.
 func (c *Cluster) openScroll(r *request, req *searchReq, targets []target, pref preference, start time.Time) (reply, *esError) {
-	sc := &searchContext{id: contextID("scroll"), keepAlive: req.scroll, expires: time.Now().Add(req.scroll), req: req, created: time.Now()}
+	sc := &searchContext{id: contextID("scroll"), keepAlive: req.scroll, req: req, created: time.Now()}
+	sc.keepUntil(time.Now().Add(req.scroll))
 	var failures []*shardFailure
 	for _, t := range targets {
 		s := t.s
@@ -810,23 +811,26 @@ func apiScroll(c *Cluster, r *request) (reply, *esError) {
 		err.status = http.StatusNotFound
 		return reply{}, err
 	}
+	var d time.Duration
 	if keep != "" {
-		d, err := parseTimeValue(keep)
-		if err != nil {
+		var err error
+		if d, err = parseTimeValue(keep); err != nil {
 			return reply{}, errIllegalArgument("failed to parse setting [scroll] with value [%s] as a time value", keep)
 		}
-		if d > sc.keepAlive { // ReaderContext keeps the longest keep-alive
-			sc.keepAlive = d
-		}
 	}
-	sc.expires = time.Now().Add(sc.keepAlive)
 	totalAsInt, e := r.boolParam("rest_total_hits_as_int", false)
 	if e != nil {
 		return reply{}, e
 	}
+	sc.mu.Lock()
+	if d > sc.keepAlive { // ReaderContext keeps the longest keep-alive
+		sc.keepAlive = d
+	}
+	sc.keepUntil(time.Now().Add(sc.keepAlive))
 	if totalAsInt {
 		sc.req.totalAsInt = true
 	}
+	sc.mu.Unlock()
 	return c.scrollReply(r, sc, start)
 }
 
@@ -890,7 +894,8 @@ func apiOpenPIT(c *Cluster, r *request) (reply, *esError) {
 		return reply{}, e
 	}
 	pref, _ := c.parsePreference(r.param("preference"))
-	sc := &searchContext{id: contextID("pit"), pit: true, keepAlive: keep, expires: time.Now().Add(keep), created: time.Now()}
+	sc := &searchContext{id: contextID("pit"), pit: true, keepAlive: keep, created: time.Now()}
+	sc.keepUntil(time.Now().Add(keep))
 	var failures []*shardFailure
 	for _, t := range targets {
 		s := t.s
@@ -934,7 +939,7 @@ func (c *Cluster) searchPIT(r *request, req *searchReq, start time.Time) (reply,
 		// ReaderContext keeps the longest keep-alive it was given.
 		sc.keepAlive = req.pitKeepAlive
 	}
-	sc.expires = time.Now().Add(sc.keepAlive)
+	sc.keepUntil(time.Now().Add(sc.keepAlive))
 	sc.mu.Unlock()
 	countLimit := 0
 	if req.trackTotal > 0 {
@@ -1025,7 +1030,7 @@ func apiListPITs(c *Cluster, r *request) (reply, *esError) {
 	c.ctxMu.Lock()
 	var list []*searchContext
 	for _, sc := range c.contexts {
-		if sc.pit && time.Now().Before(sc.expires) {
+		if sc.pit && !sc.expired(time.Now()) {
 			list = append(list, sc)
 		}
 	}

@@ -76,9 +76,10 @@ func (f Fault) validate() error {
 }
 
 type faults struct {
-	mu   sync.Mutex
-	list []*Fault
-	hits map[string]int // requests a fault was applied to, by kind
+	mu       sync.Mutex
+	list     []*Fault
+	hits     map[string]int // requests a fault was applied to, by kind
+	requests map[string]int // requests served, by kind
 }
 
 // take consumes one application of the first fault matching kind.
@@ -187,4 +188,26 @@ func (c *Cluster) FailShardSearches(indexName string, num int, which string, n i
 		}
 	}
 	return nil
+}
+
+// countRequest counts one request of a kind (controls are not counted).
+func (c *Cluster) countRequest(kind string) {
+	c.faults.mu.Lock()
+	defer c.faults.mu.Unlock()
+	if c.faults.requests == nil {
+		c.faults.requests = map[string]int{}
+	}
+	c.faults.requests[kind]++
+}
+
+// RequestCounts reports how many REST requests of each kind the cluster
+// served (KindSearch, KindPIT, KindCount, ...), faulted or not.
+func (c *Cluster) RequestCounts() map[string]int {
+	c.faults.mu.Lock()
+	defer c.faults.mu.Unlock()
+	out := make(map[string]int, len(c.faults.requests))
+	for k, v := range c.faults.requests {
+		out[k] = v
+	}
+	return out
 }

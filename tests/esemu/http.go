@@ -238,6 +238,7 @@ func (c *Cluster) serve(routes []route, w http.ResponseWriter, hr *http.Request)
 	}
 	req := &request{method: hr.Method, path: rawPath, vars: vars, params: params, body: body}
 	if !isControl {
+		c.countRequest(rt.kind)
 		if f, ok := c.faults.take(rt.kind); ok {
 			req.fault = f
 			if f.Delay > 0 {

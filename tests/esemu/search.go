@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -465,7 +466,7 @@ type searchContext struct {
 	id        string
 	pit       bool
 	keepAlive time.Duration
-	expires   time.Time
+	expires   atomic.Int64 // unix nanoseconds; read without mu by expiry
 	shards    []*ctxShard
 	created   time.Time
 
@@ -484,6 +485,11 @@ type ctxShard struct {
 	pos     int
 }
 
+// keepUntil sets when the context expires.
+func (sc *searchContext) keepUntil(t time.Time) { sc.expires.Store(t.UnixNano()) }
+
+func (sc *searchContext) expired(now time.Time) bool { return now.UnixNano() > sc.expires.Load() }
+
 func (c *Cluster) putContext(sc *searchContext) {
 	c.ctxMu.Lock()
 	c.contexts[sc.id] = sc
@@ -494,7 +500,7 @@ func (c *Cluster) getContext(id string, pit bool) *searchContext {
 	c.ctxMu.Lock()
 	defer c.ctxMu.Unlock()
 	sc := c.contexts[id]
-	if sc == nil || sc.pit != pit || time.Now().After(sc.expires) {
+	if sc == nil || sc.pit != pit || sc.expired(time.Now()) {
 		return nil
 	}
 	return sc
@@ -514,7 +520,7 @@ func (c *Cluster) expireContexts(now time.Time) {
 	c.ctxMu.Lock()
 	defer c.ctxMu.Unlock()
 	for id, sc := range c.contexts {
-		if now.After(sc.expires) {
+		if sc.expired(now) {
 			delete(c.contexts, id)
 		}
 	}

@@ -1,0 +1,371 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/deletes"
+	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/relay/es"
+)
+
+// cursor is what an index loop knows of its index.
+type cursor struct {
+	loaded bool
+	state  checkpoint.State // as last loaded, kept up to date by this loop's commits
+	seen   bool             // an index of this name was adopted by this process
+	told   string           // the uuid last announced in the log
+
+	uuid    string
+	cps     map[int]int64 // shard -> checkpoint of uuid; absent: never read
+	gaps    map[int]int64 // shard -> gap counter
+	origins map[int]int64 // shard -> where reading began, when not -1
+}
+
+// follow runs rounds on one index until ctx ends. Errors are retried with
+// backoff; after any error the cursor is reloaded from Redis, because a
+// failed commit may have been written.
+func (r *Relay) follow(ctx context.Context, name string) error {
+	log := r.log.With(logIndex, name)
+	b := r.newBackoff()
+	var cur cursor
+	for {
+		progressed, err := r.round(ctx, name, &cur)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, redisx.ErrLeaseLost) {
+			return err
+		}
+		if err != nil {
+			cur.loaded = false
+			d := b.next()
+			b.report(log, "round failed; retrying", err, d)
+			if !sleep(ctx, d) {
+				return nil
+			}
+			continue
+		}
+		b.recovered(log)
+		if !progressed && !sleep(ctx, r.cfg.PollInterval) {
+			return nil
+		}
+	}
+}
+
+// round reads every shard whose global checkpoint moved past its checkpoint,
+// then runs the delete scans that are due. It reports whether anything was
+// committed.
+func (r *Relay) round(ctx context.Context, name string, cur *cursor) (bool, error) {
+	if !cur.loaded {
+		if err := r.load(ctx, cur); err != nil {
+			return false, err
+		}
+	}
+	stats, err := r.cfg.ES.Stats(ctx, []string{name})
+	if es.IsNotFound(err) {
+		return r.indexMissing(ctx, name, cur, err)
+	}
+	if err != nil {
+		return false, err
+	}
+	st, ok := stats[name]
+	if !ok {
+		return false, fmt.Errorf("stats of %s do not list the index", name)
+	}
+	if st.UUID != cur.uuid {
+		// Every older index of this name ends before the new one begins,
+		// so consumers keyed by name see its deletes before new upserts.
+		if err := r.forgetOthers(ctx, name, st.UUID, cur); err != nil {
+			return false, err
+		}
+		if err := r.adopt(ctx, name, st, cur); err != nil {
+			return false, err
+		}
+	}
+	type work struct {
+		shard   int
+		cp, gcp int64
+	}
+	var todo []work
+	for _, sc := range st.Shards {
+		cp, ok := cur.cps[sc.Shard]
+		if !ok {
+			cp = -1
+		}
+		if sc.GlobalCheckpoint > cp {
+			todo = append(todo, work{sc.Shard, cp, sc.GlobalCheckpoint})
+		}
+	}
+	progressed := len(todo) > 0
+	if len(todo) > 0 {
+		// After the refresh every op <= gcp is searchable on every copy, so
+		// preference=_shards:N may be served by a replica.
+		if err := r.cfg.ES.Refresh(ctx, name); err != nil {
+			return false, err
+		}
+		for _, w := range todo {
+			if err := r.readShard(ctx, name, cur, w.shard, w.cp, w.gcp); err != nil {
+				return true, err
+			}
+		}
+	}
+	if r.cfg.Deletes != nil {
+		n, err := r.scanDeletes(ctx, name, st, cur)
+		if err != nil {
+			return true, err
+		}
+		progressed = progressed || n > 0
+	}
+	return progressed, nil
+}
+
+// scanDeletes runs the due delete scans of the index's shards, each right
+// after the shard was read up to its checkpoint.
+func (r *Relay) scanDeletes(ctx context.Context, name string, st es.IndexStats, cur *cursor) (int, error) {
+	total := 0
+	for _, sc := range st.Shards {
+		cp, ok := cur.cps[sc.Shard]
+		if !ok {
+			continue // nothing read, nothing delivered
+		}
+		origin, ok := cur.origins[sc.Shard]
+		if !ok {
+			origin = -1
+		}
+		res, err := r.cfg.Deletes.Scan(ctx, deletes.Shard{Index: name, Target: name, UUID: cur.uuid, Shard: sc.Shard,
+			Checkpoint: cp, Gap: cur.gaps[sc.Shard], Origin: origin})
+		switch {
+		case errors.Is(err, deletes.ErrAborted):
+			continue // logged by the scanner; retried next round
+		case err != nil:
+			return total, err
+		}
+		cur.gaps[sc.Shard] -= res.GapCleared
+		total += res.Deleted
+	}
+	return total, nil
+}
+
+// load reads the feed's state. The index's uuid is adopted again by the
+// next round.
+func (r *Relay) load(ctx context.Context, cur *cursor) error {
+	state, err := r.cfg.Store.Load(ctx)
+	if err != nil {
+		return err
+	}
+	cur.loaded, cur.state, cur.uuid = true, state, ""
+	return nil
+}
+
+// adopt makes st's uuid the index followed: its stored checkpoints become
+// the cursor. An index seen for the first time is checked (sequence numbers
+// must be enabled) and recorded; with From=now, shards without a checkpoint
+// that exist when the relay starts begin at the current global checkpoint,
+// while an index created later (a new uuid for the name) starts from its
+// beginning.
+func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *cursor) error {
+	settings, err := r.cfg.ES.Settings(ctx, name)
+	if err != nil {
+		return err
+	}
+	if settings.SequenceNumbersDisabled {
+		return fmt.Errorf("index %s has sequence numbers disabled (index.disable_sequence_numbers: true): a change feed cannot follow it", name)
+	}
+	if settings.UUID != "" && settings.UUID != st.UUID {
+		return fmt.Errorf("index %s changed while being read (uuid %s, then %s)", name, st.UUID, settings.UUID)
+	}
+	if cur.told != "" && cur.told != st.UUID {
+		r.log.Warn("index was re-created: following the new index from its beginning", logIndex, name, "old_uuid", cur.told, logUUID, st.UUID)
+	}
+	cur.cps, cur.gaps, cur.origins = map[int]int64{}, map[int]int64{}, map[int]int64{}
+	for id, cp := range cur.state.Checkpoints {
+		if id.IndexUUID == st.UUID {
+			cur.cps[id.Shard] = cp
+		}
+	}
+	for id, g := range cur.state.Gaps {
+		if id.IndexUUID == st.UUID {
+			cur.gaps[id.Shard] = g
+		}
+	}
+	for id, o := range cur.state.Origins {
+		if id.IndexUUID == st.UUID {
+			cur.origins[id.Shard] = o
+		}
+	}
+	batch := checkpoint.Batch{Checkpoints: map[checkpoint.ShardID]int64{}, Origins: map[checkpoint.ShardID]int64{}}
+	if _, known := cur.state.Indices[st.UUID]; !known {
+		r.mu.Lock()
+		info := checkpoint.IndexInfo{Name: name, Target: name, Shards: settings.Shards, FirstSeen: time.Now().UTC(), ClusterUUID: r.clusterUUID}
+		r.mu.Unlock()
+		batch.Indices = map[string]checkpoint.IndexInfo{st.UUID: info}
+	}
+	if r.cfg.From == FromNow && !cur.seen {
+		for _, sc := range st.Shards {
+			if _, ok := cur.cps[sc.Shard]; !ok && sc.GlobalCheckpoint >= 0 {
+				id := checkpoint.ShardID{IndexUUID: st.UUID, Shard: sc.Shard}
+				batch.Checkpoints[id] = sc.GlobalCheckpoint
+				batch.Origins[id] = sc.GlobalCheckpoint
+			}
+		}
+	}
+	if err := r.commit(ctx, batch); err != nil {
+		return err
+	}
+	for id, cp := range batch.Checkpoints {
+		cur.cps[id.Shard] = cp
+		cur.state.Checkpoints[id] = cp
+	}
+	for id, o := range batch.Origins {
+		cur.origins[id.Shard] = o
+		cur.state.Origins[id] = o
+	}
+	for uuid, info := range batch.Indices {
+		cur.state.Indices[uuid] = info
+	}
+	cur.uuid, cur.seen = st.UUID, true
+	if cur.told != st.UUID {
+		cur.told = st.UUID
+		r.log.Info("following index", logIndex, name, logUUID, st.UUID, "shards", settings.Shards, "checkpoints", len(cur.cps))
+	}
+	return nil
+}
+
+// readShard pages through (cp, gcp] of one shard, committing each page with
+// its events, delivered ids, gap count and new checkpoint in one
+// transaction. After the last page the checkpoint is the gcp even if no hit
+// has that seq no: deletes, superseded versions and no-ops consume seq nos
+// too.
+func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard int, cp, gcp int64) error {
+	id := checkpoint.ShardID{IndexUUID: cur.uuid, Shard: shard}
+	after := cp
+	for {
+		hits, err := r.cfg.ES.SearchShard(ctx, es.ShardPage{Index: name, Shard: shard, After: after, UpTo: gcp, Size: r.cfg.BatchSize})
+		if err != nil {
+			return err
+		}
+		next := gcp
+		if len(hits) == r.cfg.BatchSize && hits[len(hits)-1].SeqNo < gcp {
+			next = hits[len(hits)-1].SeqNo
+		}
+		batch := checkpoint.Batch{
+			Events:      make([]redisx.Event, len(hits)),
+			Checkpoints: map[checkpoint.ShardID]int64{id: next},
+		}
+		docs := make([]checkpoint.Doc, len(hits))
+		for i, h := range hits {
+			batch.Events[i] = upsertEvent(name, cur.uuid, shard, name, h)
+			docs[i] = checkpoint.Doc{ID: h.ID, Routing: h.Routing}
+		}
+		if len(docs) > 0 {
+			batch.Delivered = map[checkpoint.ShardID][]checkpoint.Doc{id: docs}
+		}
+		// Seq nos of the window that brought no hit: deletes, superseded
+		// versions, no-ops. Only they can hide a delete (DESIGN §3).
+		gap := next - after - int64(len(hits))
+		if gap > 0 {
+			batch.Gaps = map[checkpoint.ShardID]int64{id: gap}
+		}
+		if err := r.commit(ctx, batch); err != nil {
+			return err
+		}
+		cur.cps[shard] = next
+		cur.state.Checkpoints[id] = next
+		if gap > 0 {
+			cur.gaps[shard] += gap
+		}
+		if len(hits) > 0 {
+			r.log.Debug("committed", logIndex, name, logShard, shard, logEvents, len(hits), logCP, next, logGCP, gcp)
+		}
+		if next == gcp {
+			return nil
+		}
+		after = next
+	}
+}
+
+// indexMissing handles a 404 for an index: if the feed followed an index of
+// that name, it is gone (confirmed by a second look a moment later) and its
+// end is emitted; otherwise it is an error.
+func (r *Relay) indexMissing(ctx context.Context, name string, cur *cursor, notFound error) (bool, error) {
+	if len(r.knownUUIDs(name, cur, "")) == 0 {
+		return false, fmt.Errorf("%w (the feed has never seen an index of that name)", notFound)
+	}
+	if !sleep(ctx, time.Second) {
+		return false, ctx.Err()
+	}
+	if _, err := r.cfg.ES.Stats(ctx, []string{name}); !es.IsNotFound(err) {
+		return false, fmt.Errorf("index %s missing, then not: %v", name, err)
+	}
+	if err := r.forgetOthers(ctx, name, "", cur); err != nil {
+		return false, err
+	}
+	cur.uuid, cur.cps, cur.gaps, cur.origins = "", nil, nil, nil
+	return true, nil
+}
+
+// knownUUIDs lists the recorded uuids of indices named name, except keep.
+func (r *Relay) knownUUIDs(name string, cur *cursor, keep string) []string {
+	var out []string
+	for uuid, info := range cur.state.Indices {
+		if info.Name == name && uuid != keep {
+			out = append(out, uuid)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// forgetOthers ends every recorded index named name other than keep: its
+// delivered documents get deletes (or one index_deleted event) and its state
+// goes. It refuses when the cluster is not the one the index was seen on.
+func (r *Relay) forgetOthers(ctx context.Context, name, keep string, cur *cursor) error {
+	uuids := r.knownUUIDs(name, cur, keep)
+	if len(uuids) == 0 {
+		return nil
+	}
+	info, err := r.cfg.ES.Info(ctx)
+	if err != nil {
+		return err
+	}
+	for _, uuid := range uuids {
+		rec := cur.state.Indices[uuid]
+		if rec.ClusterUUID != "" && info.ClusterUUID != "" && rec.ClusterUUID != info.ClusterUUID {
+			return fmt.Errorf("%w: index %s (uuid %s) was followed on cluster %s, but --es now reaches cluster %s: refusing to emit deletes for it; point --es at the original cluster or start a new feed",
+				deletes.ErrOtherCluster, name, uuid, rec.ClusterUUID, info.ClusterUUID)
+		}
+		cps := map[int]int64{}
+		for id, cp := range cur.state.Checkpoints {
+			if id.IndexUUID == uuid {
+				cps[id.Shard] = cp
+			}
+		}
+		g := deletes.Gone{UUID: uuid, Info: rec, Checkpoints: cps, PerDocument: r.cfg.Deletes != nil && !r.cfg.IndexDeletedEvent}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+		_, err := deletes.ForgetIndex(cctx, r.cfg.Store.Client(), r.cfg.Store.Keys(), r.cfg.Store, g, r.log)
+		cancel()
+		if err != nil {
+			return err
+		}
+		delete(cur.state.Indices, uuid)
+		for id := range cur.state.Checkpoints {
+			if id.IndexUUID == uuid {
+				delete(cur.state.Checkpoints, id)
+			}
+		}
+	}
+	return nil
+}
+
+// upsertEvent maps a hit to its event: the document as the op with that seq
+// no wrote it.
+func upsertEvent(index, uuid string, shard int, target string, h es.Hit) redisx.Event {
+	return redisx.Event{Op: redisx.OpUpsert, Index: index, IndexUUID: uuid, Shard: shard,
+		ID: h.ID, Routing: h.Routing, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm, Version: h.Version,
+		Source: h.Source, Target: target}
+}

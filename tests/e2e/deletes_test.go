@@ -1,0 +1,473 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/es-changefeed/es-changefeed/deletes"
+	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/relay"
+	"github.com/es-changefeed/es-changefeed/tests/esemu"
+	"github.com/es-changefeed/es-changefeed/tests/redistest"
+)
+
+// waitMirror waits until the replayed stream equals the index (deletes are
+// found by scans, which run after the reads caught up).
+func waitMirror(tb testing.TB, c *esemu.Cluster, f *feed, index string, timeout time.Duration) []redisx.Event {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	var diff string
+	for time.Now().Before(deadline) {
+		evs := entries(tb, f.rdb, f.keys.Events())
+		if diff = diffDocs(clusterDocs(tb, c, index), replay(evs)); diff == "" {
+			return evs
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	tb.Fatalf("the stream did not come to mirror %s within %s:\n%s", index, timeout, diff)
+	return nil
+}
+
+// checkDeletes proves every delete event true against the cluster's own
+// history: some delete op for the document must come after the version of
+// it the stream last delivered (the scanner only acts on deletes at or below
+// the global checkpoint, so no failover can have removed that op). It also
+// refuses a second delete without an upsert in between. It returns the
+// number of deletes.
+func checkDeletes(tb testing.TB, c *esemu.Cluster, index string, evs []redisx.Event) int {
+	tb.Helper()
+	type opKey struct {
+		shard int
+		id    string
+	}
+	deletedAt := map[opKey][]int64{} // seq nos of delete ops per document
+	for n := 0; ; n++ {
+		st, err := c.ShardState(index, n)
+		if err != nil {
+			break
+		}
+		primary := 0
+		for i, cp := range st.Copies {
+			if cp.Primary && cp.Started {
+				primary = i
+			}
+		}
+		hist, err := c.History(index, n, primary)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, o := range hist {
+			if o.Type == "delete" {
+				k := opKey{n, o.ID}
+				deletedAt[k] = append(deletedAt[k], o.SeqNo)
+			}
+		}
+	}
+	lastUpsert := map[docKey]int64{}
+	lastOp := map[docKey]redisx.Op{}
+	n := 0
+	for _, e := range evs {
+		k := docKey{e.IndexUUID, e.Shard, e.ID}
+		switch e.Op {
+		case redisx.OpUpsert:
+			lastUpsert[k] = e.SeqNo
+		case redisx.OpDelete:
+			n++
+			if lastOp[k] == redisx.OpDelete {
+				tb.Fatalf("duplicate delete for %v", k)
+			}
+			u, ok := lastUpsert[k]
+			if !ok {
+				tb.Fatalf("delete for %v, which was never delivered", k)
+			}
+			real := false
+			for _, seq := range deletedAt[opKey{e.Shard, e.ID}] {
+				real = real || seq > u
+			}
+			if !real {
+				tb.Fatalf("false delete: %v (delivered at seq %d) has no delete op after that version; delete ops at %v",
+					k, u, deletedAt[opKey{e.Shard, e.ID}])
+			}
+		}
+		lastOp[k] = e.Op
+	}
+	return n
+}
+
+// TestDeletes_Mirror: 4 writers index, update and delete (with and without
+// custom routing) for 8s into 3 shards × 1 replica; the replayed stream
+// equals the index, every deleted document got exactly one delete.
+func TestDeletes_Mirror(t *testing.T) {
+	d := 8 * time.Second
+	if testing.Short() {
+		d = 2 * time.Second
+	}
+	c := cluster(t, esemu.Config{Nodes: 3, OutOfOrder: true, MaxCompletionDelay: 3 * time.Millisecond})
+	createIndex(t, c, "mirrordel", 3, 1)
+	srv := redistest.Start(t)
+	f := startRelayDeletes(t, c, srv.URL(), "mirrordel", []string{"mirrordel"}, func(dc *deletes.Config) {
+		dc.Interval = 300 * time.Millisecond
+	}, nil)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	writers := make([]*writer, 4)
+	for i := range writers {
+		writers[i] = &writer{url: c.URL(), index: "mirrordel", id: i, rng: rand.New(rand.NewPCG(uint64(i), 11)),
+			routing: map[string]string{}, deletes: true}
+		wg.Add(1)
+		go func(w *writer) { defer wg.Done(); w.run(t, stop) }(writers[i])
+	}
+	time.Sleep(d)
+	close(stop)
+	wg.Wait()
+	waitCaughtUp(t, c, f.store, []string{"mirrordel"}, 30*time.Second)
+	evs := waitMirror(t, c, f, "mirrordel", 30*time.Second)
+	final := clusterDocs(t, c, "mirrordel")
+	n := checkDeletes(t, c, "mirrordel", evs)
+	// Every id a writer deleted that the feed had delivered got its delete.
+	delivered := map[string]bool{}
+	deleted := map[string]bool{}
+	for _, e := range evs {
+		if e.Op == redisx.OpUpsert {
+			delivered[e.ID] = true
+		} else {
+			deleted[e.ID] = true
+		}
+	}
+	writerDeletes, missed := 0, 0
+	for _, w := range writers {
+		for _, id := range w.deleted {
+			writerDeletes++
+			if delivered[id] && !deleted[id] {
+				missed++
+			}
+		}
+	}
+	if missed > 0 {
+		t.Fatalf("%d delivered documents were deleted by writers but got no delete event", missed)
+	}
+	st := f.scanner.Stats()
+	t.Logf("documents %d, stream entries %d, delete events %d (writers deleted %d ids); scans due %d: saved by gap proof %d, by count proof %d, listings %d, aborted %d",
+		len(final), len(evs), n, writerDeletes, st.Due, st.SavedByGap, st.SavedByCount, st.Listings, st.Aborted)
+	if n == 0 || st.Listings == 0 {
+		t.Fatalf("no delete was ever found (%d events, %d listings): the test did not exercise scans", n, st.Listings)
+	}
+}
+
+// TestDeletes_RecreationOrder: a document is deleted and re-created between
+// two rounds, the re-creation still invisible (in flight) at the scan: the
+// stream holds the delete before the new upsert.
+func TestDeletes_RecreationOrder(t *testing.T) {
+	c := cluster(t, esemu.Config{Nodes: 2})
+	createIndex(t, c, "recreate", 1, 1)
+	srv := redistest.Start(t)
+	f := startRelayDeletes(t, c, srv.URL(), "recreate", []string{"recreate"}, func(*deletes.Config) {}, nil)
+	mustDo(t, "PUT", c.URL()+"/recreate/_doc/x", `{"v":1}`)
+	mustDo(t, "PUT", c.URL()+"/recreate/_doc/other", `{"v":1}`)
+	waitCaughtUp(t, c, f.store, []string{"recreate"}, 10*time.Second)
+
+	mustDo(t, "DELETE", c.URL()+"/recreate/_doc/x", "")
+	hold, err := c.Hold("recreate", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); mustDo(t, "PUT", c.URL()+"/recreate/_doc/x", `{"v":2}`) }()
+	<-hold.Arrived()
+	// While the re-creation is in flight the scan must find x gone.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if n := countOps(entries(t, f.rdb, f.keys.Events()), "x", redisx.OpDelete); n > 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	hold.Release()
+	<-done
+	waitCaughtUp(t, c, f.store, []string{"recreate"}, 10*time.Second)
+	evs := waitMirror(t, c, f, "recreate", 10*time.Second)
+	var ops []string
+	for _, e := range evs {
+		if e.ID == "x" {
+			ops = append(ops, fmt.Sprintf("%s@%d", e.Op, e.SeqNo))
+		}
+	}
+	want := []string{"upsert@0", "delete@2", "upsert@3"}
+	if strings.Join(ops, " ") != strings.Join(want, " ") {
+		t.Fatalf("events for x = %v, want %v (delete stamped with the checkpoint 2, before the re-creation at seq 3)", ops, want)
+	}
+}
+
+func countOps(evs []redisx.Event, id string, op redisx.Op) int {
+	n := 0
+	for _, e := range evs {
+		if e.ID == id && e.Op == op {
+			n++
+		}
+	}
+	return n
+}
+
+// TestDeletes_PartialFailuresNeverDelete: shard copies fail searches during
+// listings and a node dies mid-scan, over many rounds: zero false deletes;
+// scans retry and complete once the faults clear.
+func TestDeletes_PartialFailuresNeverDelete(t *testing.T) {
+	for _, listing := range []string{"pit", "scroll"} {
+		t.Run(listing, func(t *testing.T) {
+			c := cluster(t, esemu.Config{Nodes: 3, OutOfOrder: true, NodeLeftDelay: 200 * time.Millisecond})
+			createIndex(t, c, "flaky", 2, 1)
+			srv := redistest.Start(t)
+			logs := &lockedLog{}
+			f := startRelayDeletes(t, c, srv.URL(), "flaky", []string{"flaky"}, func(dc *deletes.Config) {
+				dc.Interval = 50 * time.Millisecond
+				dc.Listing = listing
+				dc.PageSize = 25
+			}, nil)
+			_ = logs
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			writers := make([]*writer, 2)
+			for i := range writers {
+				writers[i] = &writer{url: c.URL(), index: "flaky", id: i, rng: rand.New(rand.NewPCG(uint64(i), 5)),
+					routing: map[string]string{}, deletes: true, tolerant: true}
+				wg.Add(1)
+				go func(w *writer) { defer wg.Done(); w.run(t, stop) }(writers[i])
+			}
+			// Chaos: failing shard reads on random copies, failing or
+			// timed-out listing requests, and node kills.
+			rng := rand.New(rand.NewPCG(9, 9))
+			for round := 0; round < 60; round++ {
+				switch rng.IntN(5) {
+				case 0:
+					copySel := []string{esemu.CopyAny, esemu.CopyPrimary, esemu.CopyReplica}[rng.IntN(3)]
+					_ = c.FailShardSearches("flaky", rng.IntN(2), copySel, 1+rng.IntN(3))
+				case 1:
+					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindPIT, Status: 503})
+					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindScroll, Status: 500})
+				case 2:
+					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindScroll, TimedOut: true})
+					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindSearch, TimedOut: true, Count: 2})
+				case 3:
+					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindCount, Status: 429})
+					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindScroll, Drop: true})
+				case 4:
+					n := rng.IntN(3)
+					if err := c.KillNode(n); err == nil {
+						time.Sleep(time.Duration(20+rng.IntN(150)) * time.Millisecond)
+						_ = c.RestartNode(n)
+					}
+				}
+				time.Sleep(time.Duration(30+rng.IntN(70)) * time.Millisecond)
+			}
+			close(stop)
+			wg.Wait()
+			c.ClearFaults()
+			waitCaughtUp(t, c, f.store, []string{"flaky"}, 30*time.Second)
+			evs := waitMirror(t, c, f, "flaky", 30*time.Second)
+			n := checkDeletes(t, c, "flaky", evs)
+			st := f.scanner.Stats()
+			t.Logf("%s: %d delete events, 0 false; scans due %d, listings %d, aborted %d", listing, n, st.Due, st.Listings, st.Aborted)
+			if st.Aborted == 0 {
+				t.Errorf("no scan was aborted: the faults did not hit a listing")
+			}
+		})
+	}
+}
+
+// TestDeletes_AppendOnlyCostsNothing: an index that only gets new documents
+// never needs a listing, a count, or a scroll/PIT: the gap proof holds.
+func TestDeletes_AppendOnlyCostsNothing(t *testing.T) {
+	d := 60 * time.Second
+	if testing.Short() {
+		d = 5 * time.Second
+	}
+	t.Parallel()
+	c := cluster(t, esemu.Config{Nodes: 2, OutOfOrder: true})
+	createIndex(t, c, "appendonly", 3, 1)
+	srv := redistest.Start(t)
+	f := startRelayDeletes(t, c, srv.URL(), "appendonly", []string{"appendonly"}, func(dc *deletes.Config) {
+		dc.Interval = 50 * time.Millisecond
+	}, nil)
+	stop := time.Now().Add(d)
+	n := 0
+	for time.Now().Before(stop) {
+		var b strings.Builder
+		for i := 0; i < 20; i++ {
+			fmt.Fprintf(&b, "{\"index\":{\"_index\":\"appendonly\",\"_id\":\"doc-%d\"}}\n{\"n\":%d}\n", n, n)
+			n++
+		}
+		mustDo(t, "POST", c.URL()+"/_bulk", b.String())
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitCaughtUp(t, c, f.store, []string{"appendonly"}, 30*time.Second)
+	reqs := c.RequestCounts()
+	st := f.scanner.Stats()
+	t.Logf("%d documents over %s; requests %v; scans due %d, saved by gap proof %d", n, d, reqs, st.Due, st.SavedByGap)
+	if reqs[esemu.KindPIT] != 0 || reqs[esemu.KindScroll] != 0 || reqs[esemu.KindCount] != 0 {
+		t.Fatalf("an append-only index caused listing work: %d PIT, %d scroll, %d count requests", reqs[esemu.KindPIT], reqs[esemu.KindScroll], reqs[esemu.KindCount])
+	}
+	if st.Due == 0 || st.SavedByGap != st.Due {
+		t.Fatalf("scans due %d, saved by the gap proof %d: want every due scan saved", st.Due, st.SavedByGap)
+	}
+}
+
+// TestDeletes_IndexGone: a followed index is deleted (one delete per
+// delivered document, or one index_deleted event), its state goes, and a
+// re-created index of the same name is followed from -1 after the old one's
+// end.
+func TestDeletes_IndexGone(t *testing.T) {
+	for _, perDoc := range []bool{true, false} {
+		t.Run(fmt.Sprintf("per_document=%v", perDoc), func(t *testing.T) {
+			c := cluster(t, esemu.Config{})
+			createIndex(t, c, "ephemeral", 2, 0)
+			srv := redistest.Start(t)
+			f := startRelayDeletes(t, c, srv.URL(), "gone", []string{"ephemeral"}, func(dc *deletes.Config) {}, func(cfg *relay.Config) {
+				cfg.IndexDeletedEvent = !perDoc
+			})
+			for i := 0; i < 30; i++ {
+				q := ""
+				if i%3 == 0 {
+					q = "?routing=r" + fmt.Sprint(i%7)
+				}
+				mustDo(t, "PUT", fmt.Sprintf("%s/ephemeral/_doc/%d%s", c.URL(), i, q), `{}`)
+			}
+			waitCaughtUp(t, c, f.store, []string{"ephemeral"}, 10*time.Second)
+			oldUUID := indexUUID(t, c, "ephemeral")
+			mustDo(t, "DELETE", c.URL()+"/ephemeral", "")
+			deadline := time.Now().Add(15 * time.Second)
+			for time.Now().Before(deadline) {
+				st, _ := f.store.Load(context.Background())
+				if _, ok := st.Indices[oldUUID]; !ok {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			createIndex(t, c, "ephemeral", 1, 0)
+			mustDo(t, "PUT", c.URL()+"/ephemeral/_doc/0", `{"reborn":true}`)
+			waitCaughtUp(t, c, f.store, []string{"ephemeral"}, 15*time.Second)
+			evs := entries(t, f.rdb, f.keys.Events())
+			var dels, ends, routed int
+			lastOld := -1
+			firstNew := -1
+			for i, e := range evs {
+				if e.IndexUUID == oldUUID {
+					lastOld = i
+					switch e.Op {
+					case redisx.OpDelete:
+						dels++
+						if e.Routing != "" {
+							routed++
+						}
+					case redisx.OpIndexDeleted:
+						ends++
+					}
+				} else if firstNew < 0 {
+					firstNew = i
+				}
+			}
+			if perDoc && (dels != 30 || routed != 10 || ends != 0) {
+				t.Fatalf("per-document end: %d deletes (%d routed), %d index_deleted; want 30 (10 routed), 0", dels, routed, ends)
+			}
+			if !perDoc && (dels != 0 || ends != 1) {
+				t.Fatalf("single end: %d deletes, %d index_deleted; want 0, 1", dels, ends)
+			}
+			if firstNew < lastOld {
+				t.Fatalf("the new index's first event (%d) comes before the old index's end (%d)", firstNew, lastOld)
+			}
+			if e := evs[firstNew]; e.ID != "0" || e.SeqNo != 0 || string(e.Source) != `{"reborn":true}` {
+				t.Fatalf("first event of the new index = %+v", e)
+			}
+			st, _ := f.store.Load(context.Background())
+			for id := range st.Checkpoints {
+				if id.IndexUUID == oldUUID {
+					t.Fatalf("checkpoint of the deleted index is still stored: %v", id)
+				}
+			}
+			keys, _ := f.rdb.Keys(context.Background(), "escf:{gone}:*"+oldUUID+"*").Result()
+			sort.Strings(keys)
+			if len(keys) != 0 {
+				t.Fatalf("keys of the deleted index remain: %v", keys)
+			}
+		})
+	}
+}
+
+// TestDeletes_CrashSafety kills the relay binary (with --deletes) at random
+// moments, during reads, scans and commits, at least 10 times: no duplicate
+// delete, no false delete, no lost delete.
+func TestDeletes_CrashSafety(t *testing.T) {
+	kills := 12
+	if testing.Short() {
+		kills = 4
+	}
+	c := cluster(t, esemu.Config{Nodes: 2, OutOfOrder: true})
+	createIndex(t, c, "crashdel", 2, 1)
+	srv := redistest.Start(t)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	writers := make([]*writer, 3)
+	for i := range writers {
+		writers[i] = &writer{url: c.URL(), index: "crashdel", id: i, rng: rand.New(rand.NewPCG(uint64(i), 21)),
+			routing: map[string]string{}, deletes: true}
+		wg.Add(1)
+		go func(w *writer) { defer wg.Done(); w.run(t, stop) }(writers[i])
+	}
+	args := relayArgs(c, srv.URL(), "crashdel", "crashdel", "--deletes", "--delete-scan-interval", "30ms")
+	rng := rand.New(rand.NewPCG(4, 2))
+	for i := 0; i < kills; i++ {
+		p := startBinary(t, args...)
+		time.Sleep(time.Duration(300+rng.IntN(900)) * time.Millisecond)
+		p.kill()
+	}
+	close(stop)
+	wg.Wait()
+	p := startBinary(t, args...)
+	waitCaughtUp(t, c, storeFor(t, srv, "crashdel"), []string{"crashdel"}, 30*time.Second)
+	f := &feed{rdb: srv.Client(t), keys: redisx.NewKeys("crashdel")}
+	evs := waitMirror(t, c, f, "crashdel", 30*time.Second)
+	p.kill()
+	n := checkDeletes(t, c, "crashdel", evs)
+	t.Logf("%d kills, %d entries, %d delete events: 0 duplicates, 0 false, 0 lost", kills, len(evs), n)
+	if n == 0 {
+		t.Fatal("no delete event: the test did not exercise scans")
+	}
+}
+
+// TestDeletes_MassDeleteIsConfirmed: a scan that would delete more than
+// --max-delete-fraction of a shard's delivered ids lists a second time and
+// emits only what both scans found gone.
+func TestDeletes_MassDeleteIsConfirmed(t *testing.T) {
+	c := cluster(t, esemu.Config{})
+	createIndex(t, c, "mass", 1, 0)
+	srv := redistest.Start(t)
+	logs := &lockedLog{}
+	f := startRelayDeletes(t, c, srv.URL(), "mass", []string{"mass"}, func(dc *deletes.Config) {
+		dc.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	}, nil)
+	for i := 0; i < 10; i++ {
+		mustDo(t, "PUT", fmt.Sprintf("%s/mass/_doc/%d", c.URL(), i), `{}`)
+	}
+	waitCaughtUp(t, c, f.store, []string{"mass"}, 10*time.Second)
+	for i := 0; i < 8; i++ {
+		mustDo(t, "DELETE", fmt.Sprintf("%s/mass/_doc/%d", c.URL(), i), "")
+	}
+	evs := waitMirror(t, c, f, "mass", 10*time.Second)
+	if n := checkDeletes(t, c, "mass", evs); n != 8 {
+		t.Fatalf("%d deletes, want 8", n)
+	}
+	st := f.scanner.Stats()
+	if st.Confirmations != 1 || st.Listings != 2 {
+		t.Fatalf("confirmations %d, listings %d: want the 80%% delete confirmed by a second listing", st.Confirmations, st.Listings)
+	}
+	if !strings.Contains(logs.String(), "confirming with a second scan") {
+		t.Errorf("no log of the confirmation:\n%s", logs)
+	}
+}
