@@ -110,8 +110,9 @@ type Scanner struct {
 	cfg Config
 	log *slog.Logger
 
-	mu   sync.Mutex
-	last map[checkpoint.ShardID]time.Time
+	mu         sync.Mutex
+	last       map[checkpoint.ShardID]time.Time
+	lastReport time.Time
 
 	due, savedGap, savedCount, listings, confirmations, aborted, deleted atomic.Int64
 }
@@ -200,6 +201,7 @@ func (s *Scanner) Scan(ctx context.Context, sh Shard) (Result, error) {
 	}
 	s.mu.Unlock()
 	s.due.Add(1)
+	defer s.report()
 	res, err := s.scan(ctx, sh)
 	res.Scanned = true
 	if err != nil {
@@ -212,6 +214,23 @@ func (s *Scanner) Scan(ctx context.Context, sh Shard) (Result, error) {
 	s.last[id] = time.Now()
 	s.mu.Unlock()
 	return res, nil
+}
+
+// reportEvery is how often the scan counters are logged at Info.
+const reportEvery = 10 * time.Minute
+
+// report logs the counters at most every reportEvery.
+func (s *Scanner) report() {
+	s.mu.Lock()
+	if time.Since(s.lastReport) < reportEvery {
+		s.mu.Unlock()
+		return
+	}
+	s.lastReport = time.Now()
+	s.mu.Unlock()
+	st := s.Stats()
+	s.log.Info("delete scans so far", "due", st.Due, "saved_by_gap_proof", st.SavedByGap, "saved_by_count_proof", st.SavedByCount,
+		"listings", st.Listings, "confirmations", st.Confirmations, "aborted", st.Aborted, "deletes", st.Deletes)
 }
 
 func (s *Scanner) scan(ctx context.Context, sh Shard) (Result, error) {

@@ -471,3 +471,35 @@ func TestDeletes_MassDeleteIsConfirmed(t *testing.T) {
 		t.Errorf("no log of the confirmation:\n%s", logs)
 	}
 }
+
+// TestDeletes_Flavors: deletes are found on every flavor, with each
+// listing path (ES and OpenSearch point in time, scroll).
+func TestDeletes_Flavors(t *testing.T) {
+	for _, fl := range esemu.Flavors {
+		for _, listing := range []string{"pit", "scroll"} {
+			t.Run(string(fl)+"/"+listing, func(t *testing.T) {
+				c := cluster(t, esemu.Config{Flavor: fl, Nodes: 2})
+				createIndex(t, c, "flavored", 2, 1)
+				srv := redistest.Start(t)
+				f := startRelayDeletes(t, c, srv.URL(), "flavored", []string{"flavored"}, func(dc *deletes.Config) {
+					dc.Listing = listing
+					dc.PageSize = 7
+				}, nil)
+				for i := 0; i < 40; i++ {
+					mustDo(t, "PUT", fmt.Sprintf("%s/flavored/_doc/%d", c.URL(), i), `{}`)
+				}
+				waitCaughtUp(t, c, f.store, []string{"flavored"}, 10*time.Second)
+				for i := 0; i < 40; i += 4 {
+					mustDo(t, "DELETE", fmt.Sprintf("%s/flavored/_doc/%d", c.URL(), i), "")
+				}
+				evs := waitMirror(t, c, f, "flavored", 15*time.Second)
+				if n := checkDeletes(t, c, "flavored", evs); n != 10 {
+					t.Fatalf("%d deletes, want 10", n)
+				}
+				if reqs := c.RequestCounts(); (listing == "pit") != (reqs[esemu.KindPIT] > 0) || (listing == "scroll") != (reqs[esemu.KindScroll] > 0) {
+					t.Fatalf("listing %s, but requests were %v", listing, reqs)
+				}
+			})
+		}
+	}
+}
