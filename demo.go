@@ -19,6 +19,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/deletes"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay"
 	"github.com/es-changefeed/es-changefeed/relay/es"
@@ -30,7 +31,7 @@ const demoIndex = "demo-orders"
 func demoCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "demo",
-		Usage: "run an emulated cluster, an embedded Redis, a writer, the relay and a reader in-process; print each event",
+		Usage: "run an emulated cluster, an embedded Redis, a writer, the relay (with --deletes) and a reader in-process; print each event",
 		Flags: append([]cli.Flag{
 			&cli.DurationFlag{Name: "duration", Value: 10 * time.Second, Usage: "how long the writer writes", Validator: positiveDuration("duration")},
 			&cli.StringFlag{Name: "flavor", Value: string(esemu.FlavorES9), Usage: "emulated product: es-7, es-8, es-9, opensearch-2, opensearch-3"},
@@ -68,7 +69,7 @@ func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, stdout, 
 	fmt.Fprintf(stderr, "demo: %s %s with 3 nodes at %s, embedded Redis at %s; writing for %s\n",
 		flavor, flavor.Version(), cluster.URL(), mr.Addr(), d)
 
-	w := &demoWriter{url: cluster.URL(), rng: rand.New(rand.NewPCG(1, 2))}
+	w := &demoWriter{url: cluster.URL(), rng: rand.New(rand.NewPCG(1, 2)), live: map[string]bool{}, routing: map[string]string{}}
 	if err := w.put("/"+demoIndex, `{"settings":{"number_of_shards":3,"number_of_replicas":1}}`); err != nil {
 		return err
 	}
@@ -87,8 +88,13 @@ func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, stdout, 
 	if err != nil {
 		return err
 	}
+	scanner, err := deletes.New(deletes.Config{ES: client, Client: rdb, Keys: keys, Store: store,
+		Interval: 500 * time.Millisecond, Logger: log})
+	if err != nil {
+		return err
+	}
 	r, err := relay.New(relay.Config{ES: client, Store: store, Lease: lease, Indices: []string{demoIndex},
-		PollInterval: 100 * time.Millisecond, BatchSize: 200, Logger: log})
+		PollInterval: 100 * time.Millisecond, BatchSize: 200, Deletes: scanner, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -125,6 +131,21 @@ func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, stdout, 
 		wg.Wait()
 		return err
 	}
+	// Deletes are found by scans between reads: wait for the stream to
+	// mirror the index.
+	var docs int
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if docs, err = demoVerify(ctx, cluster, rdb, keys.Events()); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		stop()
+		wg.Wait()
+		return err
+	}
 	// Let the reader drain the stream before stopping it.
 	lastID := ""
 	if msgs, err := rdb.XRevRangeN(ctx, keys.Events(), "+", "-", 1).Result(); err == nil && len(msgs) == 1 {
@@ -134,25 +155,26 @@ func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, stdout, 
 	stop()
 	wg.Wait()
 	<-printed
-	docs, err := demoVerify(ctx, cluster, rdb, keys.Events())
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stderr, "demo: %d writes, %d events; replaying the stream gives the %d documents of the index, exactly\n",
-		w.writes, events, docs)
+	fmt.Fprintf(stderr, "demo: %d writes (%d deletes), %d events; replaying the stream gives the %d documents of the index, exactly\n",
+		w.writes, w.deletes, events, docs)
 	return nil
 }
 
-// demoWriter creates and updates orders, some with custom routing.
+// demoWriter creates, updates and deletes orders, some with custom routing.
 type demoWriter struct {
-	url    string
-	rng    *rand.Rand
-	ids    []string
-	writes int
+	url     string
+	rng     *rand.Rand
+	ids     []string          // ids ever created (never reused)
+	live    map[string]bool   // ids not deleted
+	routing map[string]string // id -> routing, fixed per document
+	writes  int
+	deletes int
 }
 
-func (w *demoWriter) put(path, body string) error {
-	req, err := http.NewRequest(http.MethodPut, w.url+path, bytes.NewBufferString(body))
+func (w *demoWriter) put(path, body string) error { return w.send(http.MethodPut, path, body) }
+
+func (w *demoWriter) send(method, path, body string) error {
+	req, err := http.NewRequest(method, w.url+path, bytes.NewBufferString(body))
 	if err != nil {
 		return err
 	}
@@ -164,7 +186,7 @@ func (w *demoWriter) put(path, body string) error {
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
 		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("demo writer: PUT %s: %s", path, b)
+		return fmt.Errorf("demo writer: %s %s: %s", method, path, b)
 	}
 	w.writes++
 	return nil
@@ -181,30 +203,56 @@ func (w *demoWriter) run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		var id, path string
-		if len(w.ids) < 5 || w.rng.IntN(3) == 0 {
+		if len(w.live) > 5 && w.rng.IntN(6) == 0 {
+			if err := w.deleteOne(); err != nil {
+				return err
+			}
+			continue
+		}
+		var id string
+		if len(w.live) < 5 || w.rng.IntN(3) == 0 {
 			id = fmt.Sprintf("order-%d", len(w.ids)+1)
 			w.ids = append(w.ids, id)
-		} else {
-			id = w.ids[w.rng.IntN(len(w.ids))]
-		}
-		path = "/" + demoIndex + "/_doc/" + id
-		customer := fmt.Sprintf("customer-%d", len(w.ids)%4) // stable per id: the routing of a document never changes
-		for i := range w.ids {
-			if w.ids[i] == id {
-				customer = fmt.Sprintf("customer-%d", (i+1)%4)
+			w.live[id] = true
+			if len(w.ids)%2 == 0 {
+				w.routing[id] = fmt.Sprintf("customer-%d", w.rng.IntN(4)) // routed documents land by customer
 			}
+		} else {
+			id = w.pick()
 		}
-		if id[len(id)-1]%2 == 0 {
-			path += "?routing=" + customer // routed documents land by customer
+		doc := map[string]any{"status": demoStatuses[w.rng.IntN(len(demoStatuses))], "amount": w.rng.IntN(50000) / 100.0}
+		if r := w.routing[id]; r != "" {
+			doc["customer"] = r
 		}
-		doc := map[string]any{"customer": customer, "status": demoStatuses[w.rng.IntN(len(demoStatuses))],
-			"amount": w.rng.IntN(50000) / 100.0}
 		b, _ := json.Marshal(doc)
-		if err := w.put(path, string(b)); err != nil {
+		if err := w.put(w.docPath(id), string(b)); err != nil {
 			return err
 		}
 	}
+}
+
+// pick returns a random live id.
+func (w *demoWriter) pick() string {
+	for {
+		if id := w.ids[w.rng.IntN(len(w.ids))]; w.live[id] {
+			return id
+		}
+	}
+}
+
+func (w *demoWriter) docPath(id string) string {
+	p := "/" + demoIndex + "/_doc/" + id
+	if r := w.routing[id]; r != "" {
+		p += "?routing=" + r
+	}
+	return p
+}
+
+func (w *demoWriter) deleteOne() error {
+	id := w.pick()
+	delete(w.live, id)
+	w.deletes++
+	return w.send(http.MethodDelete, w.docPath(id), "")
 }
 
 // demoPrint prints every stream entry as a JSON line until ctx ends.
@@ -292,7 +340,12 @@ func demoVerify(ctx context.Context, c *esemu.Cluster, rdb *redis.Client, stream
 		if err != nil {
 			return 0, err
 		}
-		replay[key{e.Shard, e.ID}] = e
+		switch e.Op {
+		case redisx.OpUpsert:
+			replay[key{e.Shard, e.ID}] = e
+		case redisx.OpDelete:
+			delete(replay, key{e.Shard, e.ID})
+		}
 	}
 	docs := 0
 	for n := 0; n < 3; n++ {
