@@ -18,13 +18,34 @@ import (
 )
 
 func runCommand() *cli.Command {
-	flags := []cli.Flag{
+	return &cli.Command{
+		Name:   "run",
+		Usage:  "follow indices and write their changes to the feed's Redis Stream",
+		Flags:  append(relayFlags(), logFlags()...),
+		Action: func(ctx context.Context, cmd *cli.Command) error { return relayAction(ctx, cmd, false) },
+	}
+}
+
+func resyncCommand() *cli.Command {
+	return &cli.Command{
+		Name: "resync",
+		Usage: "rebuild a feed whose state was lost (or that you want to rebuild): snapshot_start, every current document, " +
+			"snapshot_end with counts; then follow as run does",
+		Flags:  append(relayFlags(), logFlags()...),
+		Action: func(ctx context.Context, cmd *cli.Command) error { return relayAction(ctx, cmd, true) },
+	}
+}
+
+// relayFlags are the flags of run and resync.
+func relayFlags() []cli.Flag {
+	return []cli.Flag{
 		&cli.StringSliceFlag{Name: "es", Value: []string{es.DefaultURL}, Usage: "Elasticsearch/OpenSearch URL (repeat for several nodes)", Sources: cli.EnvVars("ESCF_ES_URL")},
 		&cli.StringFlag{Name: "es-user", Usage: "basic auth user", Sources: cli.EnvVars("ESCF_ES_USER")},
 		&cli.StringFlag{Name: "es-password", Usage: "basic auth password", Sources: cli.EnvVars("ESCF_ES_PASSWORD")},
 		&cli.StringFlag{Name: "redis", Value: "redis://localhost:6379/0", Usage: "Redis URL (redis:// or rediss://)", Sources: cli.EnvVars("ESCF_REDIS_URL")},
 		&cli.StringFlag{Name: "feed", Value: "default", Usage: "feed name: the Redis keys are escf:{<feed>}:…", Sources: cli.EnvVars("ESCF_FEED")},
-		&cli.StringSliceFlag{Name: "index", Usage: "index to follow (repeatable, comma-separated)", Sources: cli.EnvVars("ESCF_INDEX")},
+		&cli.StringSliceFlag{Name: "index", Usage: "index, pattern (logs-*,-logs-debug*), alias or data stream to follow (repeatable, comma-separated)", Sources: cli.EnvVars("ESCF_INDEX")},
+		&cli.BoolFlag{Name: "hidden", Usage: "let wildcards match hidden indices too", Sources: cli.EnvVars("ESCF_HIDDEN")},
 		&cli.DurationFlag{Name: "poll-interval", Value: relay.DefaultPollInterval, Usage: "pause after a round that found nothing", Sources: cli.EnvVars("ESCF_POLL_INTERVAL"), Validator: positiveDuration("poll-interval")},
 		&cli.IntFlag{Name: "batch-size", Value: relay.DefaultBatchSize, Usage: "search page size = most events per commit (1..10000)", Sources: cli.EnvVars("ESCF_BATCH_SIZE")},
 		&cli.StringFlag{Name: "from", Value: relay.FromBeginning, Usage: "start of shards without a checkpoint: beginning or now", Sources: cli.EnvVars("ESCF_FROM")},
@@ -35,12 +56,6 @@ func runCommand() *cli.Command {
 		&cli.StringFlag{Name: "delete-listing", Value: "auto", Usage: "how scans list live ids: auto, pit or scroll", Sources: cli.EnvVars("ESCF_DELETE_LISTING")},
 		&cli.BoolFlag{Name: "index-deleted-event", Usage: "end a deleted index with one index_deleted event instead of a delete per document", Sources: cli.EnvVars("ESCF_INDEX_DELETED_EVENT")},
 	}
-	return &cli.Command{
-		Name:   "run",
-		Usage:  "follow indices and write their changes to the feed's Redis Stream",
-		Flags:  append(flags, logFlags()...),
-		Action: runAction,
-	}
 }
 
 // runConfig is everything `run` needs, parsed and validated.
@@ -50,7 +65,8 @@ type runConfig struct {
 	esPassword string
 	redisURL   string
 	feed       string
-	indices    []string
+	targets    []string
+	hidden     bool
 	poll       time.Duration
 	batch      int
 	from       string
@@ -66,8 +82,9 @@ type runConfig struct {
 func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 	c := runConfig{
 		esURLs: splitList(cmd.StringSlice("es")), esUser: cmd.String("es-user"), esPassword: cmd.String("es-password"),
-		redisURL: cmd.String("redis"), feed: cmd.String("feed"), indices: splitList(cmd.StringSlice("index")),
-		poll: cmd.Duration("poll-interval"), batch: cmd.Int("batch-size"), from: cmd.String("from"),
+		redisURL: cmd.String("redis"), feed: cmd.String("feed"), targets: relay.SplitTargets(cmd.StringSlice("index")),
+		hidden: cmd.Bool("hidden"),
+		poll:   cmd.Duration("poll-interval"), batch: cmd.Int("batch-size"), from: cmd.String("from"),
 		leaseTTL: cmd.Duration("lease-ttl"), deletes: cmd.Bool("deletes"), scanInterval: cmd.Duration("delete-scan-interval"),
 		maxDeleteFraction: cmd.Float("max-delete-fraction"), listing: cmd.String("delete-listing"),
 		indexDeletedEvent: cmd.Bool("index-deleted-event"),
@@ -82,8 +99,8 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 	default:
 		return c, usagef("--delete-listing %q: want auto, pit or scroll", c.listing)
 	}
-	if len(c.indices) == 0 {
-		return c, usagef("no index to follow: pass --index <name> (or ESCF_INDEX)")
+	if len(c.targets) == 0 {
+		return c, usagef("no index to follow: pass --index <name, pattern, alias or data stream> (or ESCF_INDEX)")
 	}
 	if err := redisx.ValidateFeed(c.feed); err != nil {
 		return c, usageError{err}
@@ -103,7 +120,7 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 	return c, nil
 }
 
-func runAction(ctx context.Context, cmd *cli.Command) error {
+func relayAction(ctx context.Context, cmd *cli.Command, resync bool) error {
 	log, err := newLogger(cmd, cmd.Root().ErrWriter)
 	if err != nil {
 		return err
@@ -112,12 +129,16 @@ func runAction(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	return runRelay(ctx, cfg, log)
+	var bar func(done, total int64)
+	if resync {
+		bar = progressBar(cmd.Root().ErrWriter)
+	}
+	return runRelay(ctx, cfg, log, resync, bar)
 }
 
 // runRelay connects, checks what the user named, and runs the relay until
-// ctx ends.
-func runRelay(ctx context.Context, cfg runConfig, log *slog.Logger) error {
+// ctx ends. With resync it first rebuilds the feed with a snapshot.
+func runRelay(ctx context.Context, cfg runConfig, log *slog.Logger, resync bool, progress func(done, total int64)) error {
 	rdb, err := redisx.NewClient(cfg.redisURL)
 	if err != nil {
 		return usageError{fmt.Errorf("--redis: %w", err)}
@@ -146,7 +167,12 @@ func runRelay(ctx context.Context, cfg runConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if err := checkIndices(pctx, client, store, cfg); err != nil {
+	if !resync {
+		if err := store.CheckState(pctx); err != nil {
+			return err
+		}
+	}
+	if err := checkTargets(pctx, client, store, cfg, log); err != nil {
 		return err
 	}
 	var scanner *deletes.Scanner
@@ -157,44 +183,61 @@ func runRelay(ctx context.Context, cfg runConfig, log *slog.Logger) error {
 			return usageError{err}
 		}
 	}
-	r, err := relay.New(relay.Config{ES: client, Store: store, Lease: lease, Indices: cfg.indices,
+	r, err := relay.New(relay.Config{ES: client, Store: store, Lease: lease, Targets: cfg.targets, Hidden: cfg.hidden,
 		PollInterval: cfg.poll, BatchSize: cfg.batch, From: cfg.from, Deletes: scanner,
-		IndexDeletedEvent: cfg.indexDeletedEvent, Logger: log})
+		IndexDeletedEvent: cfg.indexDeletedEvent, Snapshot: resync, SnapshotProgress: progress, Logger: log})
 	if err != nil {
 		return usageError{err}
 	}
-	log.Info("relay starting", "feed", cfg.feed, "stream", keys.Events(), "indices", cfg.indices)
+	log.Info("relay starting", "feed", cfg.feed, "stream", keys.Events(), "targets", cfg.targets, "resync", resync)
 	return r.Run(ctx)
 }
 
-// checkIndices refuses indices that do not exist, unless the feed followed
-// an index of that name before (then it is gone, and the relay emits its
-// end).
-func checkIndices(ctx context.Context, client *es.Client, store *checkpoint.Store, cfg runConfig) error {
-	if _, err := client.Stats(ctx, cfg.indices); err == nil || !es.IsNotFound(err) {
+// checkTargets resolves every target once: a name that exists nowhere is
+// refused (unless the feed followed an index of that name: it is gone, and
+// the relay emits its end); a pattern that matches nothing yet is a warning;
+// an index whose sequence numbers are disabled is refused.
+func checkTargets(ctx context.Context, client *es.Client, store *checkpoint.Store, cfg runConfig, log *slog.Logger) error {
+	var state *checkpoint.State
+	for _, expr := range cfg.targets {
+		res, err := client.Resolve(ctx, expr, cfg.hidden)
+		if es.IsNotFound(err) {
+			if state == nil {
+				st, lerr := store.Load(ctx)
+				if lerr != nil {
+					return lerr
+				}
+				state = &st
+			}
+			known := false
+			for _, info := range state.Indices {
+				known = known || info.Target == expr || info.Name == expr
+			}
+			if known {
+				continue
+			}
+			return fmt.Errorf("--index %q names no index, alias or data stream on %s (%v): check for a typo, or use a pattern such as %q to wait for indices to appear",
+				expr, client.URLs(), err, expr+"*")
+		}
 		if err != nil {
 			return explainES(err, cfg)
 		}
-		return nil
-	}
-	state, err := store.Load(ctx)
-	if err != nil {
-		return err
-	}
-	for _, name := range cfg.indices {
-		_, err := client.Stats(ctx, []string{name})
-		if err == nil {
-			continue
+		if len(res.Indices) == 0 {
+			log.Warn("the expression matches no index yet; the relay waits for one", "target", expr)
 		}
-		if !es.IsNotFound(err) {
-			return explainES(err, cfg)
-		}
-		known := false
-		for _, info := range state.Indices {
-			known = known || info.Name == name
-		}
-		if !known {
-			return explainES(err, cfg)
+		for _, ix := range res.Indices {
+			if ix.Closed {
+				log.Warn("index is closed: skipping it until it is reopened", "index", ix.Name, "target", expr)
+				continue
+			}
+			settings, err := client.Settings(ctx, ix.Name)
+			if err != nil {
+				return explainES(err, cfg)
+			}
+			if settings.SequenceNumbersDisabled {
+				return fmt.Errorf("index %s (matched by --index %q) has sequence numbers disabled (index.disable_sequence_numbers: true, the default for time_series indices from Elasticsearch 9.4): a change feed reads documents by _seq_no and cannot follow it; exclude it (e.g. %q)",
+					ix.Name, expr, expr+",-"+ix.Name)
+			}
 		}
 	}
 	return nil

@@ -93,7 +93,7 @@ func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, stdout, 
 	if err != nil {
 		return err
 	}
-	r, err := relay.New(relay.Config{ES: client, Store: store, Lease: lease, Indices: []string{demoIndex},
+	r, err := relay.New(relay.Config{ES: client, Store: store, Lease: lease, Targets: []string{demoIndex},
 		PollInterval: 100 * time.Millisecond, BatchSize: 200, Deletes: scanner, Logger: log})
 	if err != nil {
 		return err

@@ -80,12 +80,14 @@ type Batch struct {
 	ForgetIndices []string
 	// DropKeys are scratch keys of the feed to delete (DEL).
 	DropKeys []string
+	// Meta fields are set (HSET) on the feed's meta hash.
+	Meta map[string]string
 }
 
 func (b Batch) empty() bool {
 	return len(b.Events) == 0 && len(b.Checkpoints) == 0 && len(b.Gaps) == 0 && len(b.Origins) == 0 && len(b.Delivered) == 0 &&
 		len(b.Removed) == 0 && len(b.Indices) == 0 && len(b.ForgetShards) == 0 && len(b.ForgetIndices) == 0 &&
-		len(b.DropKeys) == 0
+		len(b.DropKeys) == 0 && len(b.Meta) == 0
 }
 
 // Config configures a Store.
@@ -127,6 +129,84 @@ func (s *Store) Client() redis.UniversalClient { return s.cfg.Client }
 
 // Keys names the feed's keys.
 func (s *Store) Keys() redisx.Keys { return s.cfg.Keys }
+
+// Meta reads the feed's meta hash (empty when the feed has none).
+func (s *Store) Meta(ctx context.Context) (map[string]string, error) {
+	m, err := s.cfg.Client.HGetAll(ctx, s.cfg.Keys.Meta()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", s.cfg.Keys.Meta(), err)
+	}
+	return m, nil
+}
+
+// ErrStateLost means the feed's stream exists but its state (meta hash,
+// checkpoints) does not: Redis lost it (a restart without persistence, an
+// eviction, a FLUSH). Continuing would restart the feed silently; resync
+// rebuilds it with a snapshot instead.
+var ErrStateLost = errors.New("the feed's state is lost")
+
+// CheckState refuses a feed whose stream exists without its meta hash, or
+// whose resync was interrupted.
+func (s *Store) CheckState(ctx context.Context) error {
+	k := s.cfg.Keys
+	streamLen, err := s.cfg.Client.XLen(ctx, k.Events()).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("check the feed's state: %w", err)
+	}
+	meta, err := s.Meta(ctx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case meta[MetaSnapshot] != "":
+		return fmt.Errorf("%w: the resync started at %s was interrupted: run `es-changefeed resync` again", ErrStateLost, meta[MetaSnapshot])
+	case streamLen > 0 && len(meta) == 0:
+		return fmt.Errorf("%w: %s holds %d events but %s, %s and %s are missing (Redis restarted without persistence, or keys were evicted or deleted?): run `es-changefeed resync` to rebuild the feed with a snapshot",
+			ErrStateLost, k.Events(), streamLen, k.Meta(), k.Checkpoints(), k.Indices())
+	}
+	return nil
+}
+
+// Meta fields.
+const (
+	// MetaCreated is when the feed first followed an index (RFC 3339).
+	MetaCreated = "created"
+	// MetaSnapshot is set while a resync's snapshot is being written.
+	MetaSnapshot = "snapshot_in_progress"
+)
+
+// Reset deletes the feed's state — every key but the stream, the lease and
+// the dead-letter stream — so that resync can rebuild it. It is not atomic
+// (keys are found with SCAN); an interrupted reset is finished by the next
+// one.
+func (s *Store) Reset(ctx context.Context) (int, error) {
+	k := s.cfg.Keys
+	keep := map[string]bool{k.Events(): true, k.Lease(): true, k.Dead(): true}
+	var cursor uint64
+	deleted := 0
+	for {
+		keys, next, err := s.cfg.Client.Scan(ctx, cursor, k.Pattern(), 1000).Result()
+		if err != nil {
+			return deleted, fmt.Errorf("reset %s: %w", k.Feed(), err)
+		}
+		var drop []string
+		for _, key := range keys {
+			if !keep[key] {
+				drop = append(drop, key)
+			}
+		}
+		if len(drop) > 0 {
+			if err := s.cfg.Client.Del(ctx, drop...).Err(); err != nil {
+				return deleted, fmt.Errorf("reset %s: %w", k.Feed(), err)
+			}
+			deleted += len(drop)
+		}
+		if next == 0 {
+			return deleted, nil
+		}
+		cursor = next
+	}
+}
 
 // Load reads the checkpoints and known indices.
 func (s *Store) Load(ctx context.Context) (State, error) {
@@ -284,6 +364,13 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) error {
 			}
 			if len(b.DropKeys) > 0 {
 				p.Del(ctx, b.DropKeys...)
+			}
+			if len(b.Meta) > 0 {
+				vals := make([]any, 0, 2*len(b.Meta))
+				for k, v := range b.Meta {
+					vals = append(vals, k, v)
+				}
+				p.HSet(ctx, k.Meta(), vals...)
 			}
 			if len(b.Indices) > 0 {
 				vals := make([]any, 0, 2*len(b.Indices))

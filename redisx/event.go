@@ -60,8 +60,12 @@ type Event struct {
 	Version     int64
 	// Source is the document JSON (upserts only).
 	Source json.RawMessage
-	// Target is the --index expression that matched the index.
+	// Target is the --index expression that matched the index (for
+	// snapshot events: the expressions of the snapshot).
 	Target string
+	// Counts (snapshot_end only) are the documents the snapshot delivered,
+	// by index name.
+	Counts map[string]int64
 }
 
 // ErrBadEntry wraps every reason a stream entry cannot be decoded.
@@ -85,6 +89,10 @@ func (e Event) Values() []any {
 	}
 	if e.Target != "" {
 		v = append(v, "target", e.Target)
+	}
+	if e.Counts != nil {
+		c, _ := json.Marshal(e.Counts)
+		v = append(v, "counts", string(c))
 	}
 	return v
 }
@@ -167,6 +175,18 @@ func ParseEvent(msg redis.XMessage) (Event, error) {
 	if e.Target, err = str("target", false); err != nil {
 		return e, err
 	}
+	counts, err := str("counts", e.Op == OpSnapshotEnd)
+	if err != nil {
+		return e, err
+	}
+	if counts != "" {
+		if err := json.Unmarshal([]byte(counts), &e.Counts); err != nil {
+			return e, fmt.Errorf("%w %s: field \"counts\" is not a JSON object of integers", ErrBadEntry, msg.ID)
+		}
+		if e.Counts == nil {
+			e.Counts = map[string]int64{}
+		}
+	}
 	return e, nil
 }
 
@@ -179,10 +199,14 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString(`{"op":`)
 	writeJSONString(&b, string(e.Op))
-	b.WriteString(`,"index":`)
-	writeJSONString(&b, e.Index)
-	b.WriteString(`,"index_uuid":`)
-	writeJSONString(&b, e.IndexUUID)
+	if e.Op.document() || e.Index != "" {
+		b.WriteString(`,"index":`)
+		writeJSONString(&b, e.Index)
+	}
+	if e.Op.document() || e.IndexUUID != "" {
+		b.WriteString(`,"index_uuid":`)
+		writeJSONString(&b, e.IndexUUID)
+	}
 	if e.Op.document() {
 		b.WriteString(`,"shard":`)
 		b.WriteString(strconv.Itoa(e.Shard))
@@ -213,6 +237,14 @@ func (e Event) MarshalJSON() ([]byte, error) {
 		b.WriteString(`,"target":`)
 		writeJSONString(&b, e.Target)
 	}
+	if e.Counts != nil {
+		c, err := json.Marshal(e.Counts)
+		if err != nil {
+			return nil, err
+		}
+		b.WriteString(`,"counts":`)
+		b.Write(c)
+	}
 	b.WriteByte('}')
 	return b.Bytes(), nil
 }
@@ -225,22 +257,23 @@ func writeJSONString(b *bytes.Buffer, s string) {
 // UnmarshalJSON reads the JSON form written by MarshalJSON.
 func (e *Event) UnmarshalJSON(data []byte) error {
 	var w struct {
-		Op          Op              `json:"op"`
-		Index       string          `json:"index"`
-		IndexUUID   string          `json:"index_uuid"`
-		Shard       int             `json:"shard"`
-		ID          string          `json:"id"`
-		Routing     string          `json:"routing"`
-		SeqNo       int64           `json:"seq_no"`
-		PrimaryTerm int64           `json:"primary_term"`
-		Version     int64           `json:"version"`
-		Source      json.RawMessage `json:"source"`
-		Target      string          `json:"target"`
+		Op          Op               `json:"op"`
+		Index       string           `json:"index"`
+		IndexUUID   string           `json:"index_uuid"`
+		Shard       int              `json:"shard"`
+		ID          string           `json:"id"`
+		Routing     string           `json:"routing"`
+		SeqNo       int64            `json:"seq_no"`
+		PrimaryTerm int64            `json:"primary_term"`
+		Version     int64            `json:"version"`
+		Source      json.RawMessage  `json:"source"`
+		Target      string           `json:"target"`
+		Counts      map[string]int64 `json:"counts"`
 	}
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
 	*e = Event{Op: w.Op, Index: w.Index, IndexUUID: w.IndexUUID, Shard: w.Shard, ID: w.ID, Routing: w.Routing,
-		SeqNo: w.SeqNo, PrimaryTerm: w.PrimaryTerm, Version: w.Version, Source: w.Source, Target: w.Target}
+		SeqNo: w.SeqNo, PrimaryTerm: w.PrimaryTerm, Version: w.Version, Source: w.Source, Target: w.Target, Counts: w.Counts}
 	return nil
 }

@@ -32,6 +32,11 @@ func TestEvent_MarshalJSON_SeedLine(t *testing.T) {
 			want: `{"op":"upsert","index":"i","index_uuid":"u","shard":2,"id":"a","routing":"r1","seq_no":5,"primary_term":2,"version":3,"source":{"x":1},"target":"logs-*"}`,
 		},
 		{
+			name: "snapshot_end carries counts",
+			e:    Event{Op: OpSnapshotEnd, Target: "orders,app-*", Counts: map[string]int64{"orders": 3, "app-1": 0}},
+			want: `{"op":"snapshot_end","target":"orders,app-*","counts":{"app-1":0,"orders":3}}`,
+		},
+		{
 			name: "index_deleted has no document fields",
 			e:    Event{Op: OpIndexDeleted, Index: "escf-cli", IndexUUID: "U", Target: "escf-*"},
 			want: `{"op":"index_deleted","index":"escf-cli","index_uuid":"U","target":"escf-*"}`,

@@ -15,6 +15,7 @@ import (
 //	escf:{feed}:delivered:<uuid>:<shard>    set   ids delivered as upserts
 //	escf:{feed}:routing:<uuid>:<shard>      hash  id -> custom routing (routed ids only)
 //	escf:{feed}:scan:<uuid>:<shard>         set   live ids of a delete scan in progress
+//	escf:{feed}:meta                        hash  feed facts: created, targets (never deleted by the relay)
 //	escf:{feed}:lease                       string owner token (PX TTL)
 //	escf:{feed}:dead                        stream of dead-lettered events
 type Keys struct {
@@ -69,6 +70,14 @@ func (k Keys) Routing(indexUUID string, shard int) string {
 func (k Keys) Scan(indexUUID string, shard int) string {
 	return "escf:" + k.tag + ":scan:" + indexUUID + ":" + strconv.Itoa(shard)
 }
+
+// Meta is the hash of facts about the feed itself. It is written with the
+// first index the feed follows and only resync rewrites it, so a stream
+// without it means the feed's state was lost.
+func (k Keys) Meta() string { return "escf:" + k.tag + ":meta" }
+
+// Pattern matches every key of the feed (for SCAN).
+func (k Keys) Pattern() string { return "escf:" + k.tag + ":*" }
 
 // Lease is the relay lease.
 func (k Keys) Lease() string { return "escf:" + k.tag + ":lease" }

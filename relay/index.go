@@ -15,10 +15,15 @@ import (
 
 // cursor is what an index loop knows of its index.
 type cursor struct {
-	loaded bool
-	state  checkpoint.State // as last loaded, kept up to date by this loop's commits
-	seen   bool             // an index of this name was adopted by this process
-	told   string           // the uuid last announced in the log
+	target  string // the expression that matched the index
+	fromNow bool   // shards without a checkpoint start at the gcp (first adoption only)
+	loaded  bool
+	state   checkpoint.State // as last loaded, kept up to date by this loop's commits
+	seen    bool             // an index of this name was adopted by this process
+	told    string           // the uuid last announced in the log
+	closed  bool             // the index was found closed (said once)
+	gone    bool             // the index was deleted and its end emitted
+	prog    *progress        // the initial read of a large index
 
 	uuid    string
 	cps     map[int]int64 // shard -> checkpoint of uuid; absent: never read
@@ -26,20 +31,38 @@ type cursor struct {
 	origins map[int]int64 // shard -> where reading began, when not -1
 }
 
-// follow runs rounds on one index until ctx ends. Errors are retried with
-// backoff; after any error the cursor is reloaded from Redis, because a
-// failed commit may have been written.
-func (r *Relay) follow(ctx context.Context, name string) error {
+// follow runs rounds on one index until ctx ends or the index is gone.
+// Errors are retried with backoff; after any error the cursor is reloaded
+// from Redis, because a failed commit may have been written. A closed index
+// is waited for. An index that cannot be followed returns ErrUnfollowable.
+func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) error {
 	log := r.log.With(logIndex, name)
 	b := r.newBackoff()
-	var cur cursor
+	cur := cursor{target: target, fromNow: fromNow}
 	for {
 		progressed, err := r.round(ctx, name, &cur)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, redisx.ErrLeaseLost) {
+		if errors.Is(err, redisx.ErrLeaseLost) || errors.Is(err, ErrUnfollowable) || errors.Is(err, deletes.ErrOtherCluster) {
 			return err
+		}
+		if cur.gone {
+			return nil
+		}
+		if es.IsClosed(err) {
+			if !cur.closed {
+				cur.closed = true
+				log.Warn("index is closed: skipping it until it is reopened")
+			}
+			if !sleep(ctx, r.cfg.PollInterval) {
+				return nil
+			}
+			continue
+		}
+		if err == nil && cur.closed {
+			cur.closed = false
+			log.Info("index reopened: resuming from its checkpoint")
 		}
 		if err != nil {
 			cur.loaded = false
@@ -102,6 +125,10 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) (bool, erro
 		}
 	}
 	progressed := len(todo) > 0
+	if len(todo) == 0 && cur.prog != nil {
+		cur.prog.finish(r)
+		cur.prog = nil
+	}
 	if len(todo) > 0 {
 		// After the refresh every op <= gcp is searchable on every copy, so
 		// preference=_shards:N may be served by a replica.
@@ -137,7 +164,7 @@ func (r *Relay) scanDeletes(ctx context.Context, name string, st es.IndexStats, 
 		if !ok {
 			origin = -1
 		}
-		res, err := r.cfg.Deletes.Scan(ctx, deletes.Shard{Index: name, Target: name, UUID: cur.uuid, Shard: sc.Shard,
+		res, err := r.cfg.Deletes.Scan(ctx, deletes.Shard{Index: name, Target: cur.target, UUID: cur.uuid, Shard: sc.Shard,
 			Checkpoint: cp, Gap: cur.gaps[sc.Shard], Origin: origin})
 		switch {
 		case errors.Is(err, deletes.ErrAborted):
@@ -174,7 +201,7 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 		return err
 	}
 	if settings.SequenceNumbersDisabled {
-		return fmt.Errorf("index %s has sequence numbers disabled (index.disable_sequence_numbers: true): a change feed cannot follow it", name)
+		return fmt.Errorf("%w: index %s has sequence numbers disabled (index.disable_sequence_numbers: true, the default for time_series indices from Elasticsearch 9.4): documents cannot be read by _seq_no", ErrUnfollowable, name)
 	}
 	if settings.UUID != "" && settings.UUID != st.UUID {
 		return fmt.Errorf("index %s changed while being read (uuid %s, then %s)", name, st.UUID, settings.UUID)
@@ -201,11 +228,11 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 	batch := checkpoint.Batch{Checkpoints: map[checkpoint.ShardID]int64{}, Origins: map[checkpoint.ShardID]int64{}}
 	if _, known := cur.state.Indices[st.UUID]; !known {
 		r.mu.Lock()
-		info := checkpoint.IndexInfo{Name: name, Target: name, Shards: settings.Shards, FirstSeen: time.Now().UTC(), ClusterUUID: r.clusterUUID}
+		info := checkpoint.IndexInfo{Name: name, Target: cur.target, Shards: settings.Shards, FirstSeen: time.Now().UTC(), ClusterUUID: r.clusterUUID}
 		r.mu.Unlock()
 		batch.Indices = map[string]checkpoint.IndexInfo{st.UUID: info}
 	}
-	if r.cfg.From == FromNow && !cur.seen {
+	if cur.fromNow && !cur.seen {
 		for _, sc := range st.Shards {
 			if _, ok := cur.cps[sc.Shard]; !ok && sc.GlobalCheckpoint >= 0 {
 				id := checkpoint.ShardID{IndexUUID: st.UUID, Shard: sc.Shard}
@@ -229,6 +256,12 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 		cur.state.Indices[uuid] = info
 	}
 	cur.uuid, cur.seen = st.UUID, true
+	if len(cur.cps) == 0 && !cur.fromNow {
+		// A first read from the beginning: log its progress if it is large.
+		if total, err := r.cfg.ES.CountIndex(ctx, name); err == nil && total >= progressMin {
+			cur.prog = newProgress("reading the existing documents of "+name, total, nil)
+		}
+	}
 	if cur.told != st.UUID {
 		cur.told = st.UUID
 		r.log.Info("following index", logIndex, name, logUUID, st.UUID, "shards", settings.Shards, "checkpoints", len(cur.cps))
@@ -259,7 +292,7 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 		}
 		docs := make([]checkpoint.Doc, len(hits))
 		for i, h := range hits {
-			batch.Events[i] = upsertEvent(name, cur.uuid, shard, name, h)
+			batch.Events[i] = upsertEvent(name, cur.uuid, shard, cur.target, h)
 			docs[i] = checkpoint.Doc{ID: h.ID, Routing: h.Routing}
 		}
 		if len(docs) > 0 {
@@ -274,6 +307,7 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 		if err := r.commit(ctx, batch); err != nil {
 			return err
 		}
+		cur.prog.add(r, len(hits))
 		cur.cps[shard] = next
 		cur.state.Checkpoints[id] = next
 		if gap > 0 {
@@ -306,6 +340,7 @@ func (r *Relay) indexMissing(ctx context.Context, name string, cur *cursor, notF
 		return false, err
 	}
 	cur.uuid, cur.cps, cur.gaps, cur.origins = "", nil, nil, nil
+	cur.gone = true
 	return true, nil
 }
 

@@ -52,8 +52,21 @@ type Config struct {
 	Store *checkpoint.Store
 	// Lease fences the feed: only its holder reads and writes. Required.
 	Lease *redisx.Lease
-	// Indices are the concrete index names to follow. Required.
-	Indices []string
+	// Targets are the index expressions to follow: concrete names, wildcard
+	// patterns with -exclusions, aliases, data streams. Each is resolved
+	// every round; every concrete index behind it is followed, and its
+	// events carry the expression as target. Required.
+	Targets []string
+	// Hidden makes wildcards match hidden indices too (data stream backing
+	// indices are always followed through their data stream).
+	Hidden bool
+	// Snapshot makes the relay start with a snapshot (resync): reset the
+	// feed's state, emit snapshot_start, every current document of the
+	// targets, snapshot_end with counts, then follow as usual.
+	Snapshot bool
+	// SnapshotProgress, if set, is called after each page of a snapshot
+	// with the documents written and the total expected (a progress bar).
+	SnapshotProgress func(done, total int64)
 	// PollInterval is the pause after a round that found nothing new.
 	// Default 1s.
 	PollInterval time.Duration
@@ -87,8 +100,8 @@ func (c Config) Validate() error {
 		return errors.New("relay config: Store is nil")
 	case c.Lease == nil:
 		return errors.New("relay config: Lease is nil")
-	case len(c.Indices) == 0:
-		return errors.New("relay config: no Indices: name at least one index with --index")
+	case len(c.Targets) == 0:
+		return errors.New("relay config: no Targets: name at least one index, pattern, alias or data stream with --index")
 	case c.PollInterval < 0:
 		return fmt.Errorf("relay config: PollInterval = %s: want > 0", c.PollInterval)
 	case c.BatchSize < 0 || c.BatchSize > 10000:
@@ -99,14 +112,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("relay config: backoff %s..%s is not a range", c.MinBackoff, c.MaxBackoff)
 	}
 	seen := map[string]bool{}
-	for _, ix := range c.Indices {
-		if ix == "" {
-			return errors.New("relay config: an index name is empty")
+	for _, t := range c.Targets {
+		if t == "" {
+			return errors.New("relay config: a target expression is empty")
 		}
-		if seen[ix] {
-			return fmt.Errorf("relay config: index %q is named twice", ix)
+		if seen[t] {
+			return fmt.Errorf("relay config: target %q is named twice", t)
 		}
-		seen[ix] = true
+		seen[t] = true
 	}
 	return nil
 }
@@ -140,6 +153,9 @@ type Relay struct {
 
 	mu          sync.Mutex
 	clusterUUID string // of the cluster this relay reads, from GET /
+	sawMeta     bool   // this process saw the feed's meta hash: its loss is state loss
+	snapshotted bool   // the snapshot of a resync was written
+	resolved    bool   // the first resolution of the targets happened
 }
 
 // New returns a Relay.
@@ -222,21 +238,101 @@ func (r *Relay) lead(ctx context.Context) error {
 			cancel(err)
 		}
 	}()
-	for _, name := range r.cfg.Indices {
-		wg.Add(1)
-		go func(name string) {
-			defer wg.Done()
-			if err := r.follow(ctx, name); err != nil {
-				cancel(err)
-			}
-		}(name)
-	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := r.start(ctx); err != nil {
+			cancel(err)
+			return
+		}
+		if err := r.followTargets(ctx); err != nil {
+			cancel(err)
+		}
+	}()
 	<-ctx.Done()
 	wg.Wait()
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause
 	}
 	return ctx.Err()
+}
+
+// start checks the feed's state (refusing a lost one) and, for a resync,
+// writes the snapshot once.
+func (r *Relay) start(ctx context.Context) error {
+	b := r.newBackoff()
+	for {
+		err := r.checkState(ctx)
+		if err == nil || errors.Is(err, checkpoint.ErrStateLost) || ctx.Err() != nil {
+			if err != nil {
+				return err
+			}
+			break
+		}
+		d := b.next()
+		b.report(r.log, "cannot read the feed's state; retrying", err, d)
+		if !sleep(ctx, d) {
+			return nil
+		}
+	}
+	r.mu.Lock()
+	need := r.cfg.Snapshot && !r.snapshotted
+	r.mu.Unlock()
+	if !need {
+		return nil
+	}
+	b = r.newBackoff()
+	for {
+		err := r.snapshot(ctx)
+		if err == nil {
+			r.mu.Lock()
+			r.snapshotted = true
+			r.mu.Unlock()
+			return nil
+		}
+		if ctx.Err() != nil || errors.Is(err, redisx.ErrLeaseLost) || errors.Is(err, ErrUnfollowable) {
+			return err
+		}
+		d := b.next()
+		b.report(r.log, "snapshot failed; starting it again", err, d)
+		if !sleep(ctx, d) {
+			return nil
+		}
+	}
+}
+
+// checkState refuses to continue a feed whose state is gone: a stream
+// without its meta hash, an interrupted resync, or (while this process
+// runs) a meta hash that disappeared.
+func (r *Relay) checkState(ctx context.Context) error {
+	if r.cfg.Snapshot {
+		return nil // a resync rebuilds whatever is there
+	}
+	if err := r.cfg.Store.CheckState(ctx); err != nil {
+		return err
+	}
+	meta, err := r.cfg.Store.Meta(ctx)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	saw := r.sawMeta
+	r.mu.Unlock()
+	if len(meta) == 0 && saw {
+		return fmt.Errorf("%w: %s disappeared while this relay ran (Redis restarted without persistence?): run `es-changefeed resync` to rebuild the feed",
+			checkpoint.ErrStateLost, r.cfg.Store.Keys().Meta())
+	}
+	if len(meta) == 0 {
+		// A new feed: record it, so that losing its state can be told apart
+		// from starting afresh.
+		if err := r.commit(ctx, checkpoint.Batch{Meta: map[string]string{checkpoint.MetaCreated: time.Now().UTC().Format(time.RFC3339)}}); err != nil {
+			return err
+		}
+	}
+	r.mu.Lock()
+	r.sawMeta = true
+	r.mu.Unlock()
+	return nil
 }
 
 // commit writes a batch. Once started, a commit is not abandoned because

@@ -122,6 +122,9 @@ func New(cfg Config) (*Client, error) {
 	return &Client{os: c, timeout: cfg.RequestTimeout, urls: urls}, nil
 }
 
+// URLs are the cluster addresses (passwords masked), for messages.
+func (c *Client) URLs() string { return strings.Join(c.urls, ",") }
+
 // Error is a failed call: an error response from the cluster (Status > 0)
 // or a transport failure (Status 0, Err set).
 type Error struct {

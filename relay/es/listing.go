@@ -2,6 +2,7 @@ package es
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -67,29 +68,39 @@ type listPage struct {
 			Relation string `json:"relation"`
 		} `json:"total"`
 		Hits []struct {
-			ID      string `json:"_id"`
-			Routing string `json:"_routing"`
-			SeqNo   *int64 `json:"_seq_no"`
+			ID          string          `json:"_id"`
+			Routing     string          `json:"_routing"`
+			SeqNo       *int64          `json:"_seq_no"`
+			PrimaryTerm *int64          `json:"_primary_term"`
+			Version     *int64          `json:"_version"`
+			Source      json.RawMessage `json:"_source"`
 		} `json:"hits"`
 	} `json:"hits"`
 }
 
 // refs checks a page and returns its documents in order. A page with a
-// failed shard, a timeout, or hits out of _seq_no order is an error.
-func (p *listPage) refs(op string, after int64) ([]DocRef, error) {
+// failed shard, a timeout, or hits out of _seq_no order (or, withSource,
+// without _source, _version or _primary_term) is an error.
+func (p *listPage) refs(op string, after int64, withSource bool) ([]Hit, error) {
 	if err := p.Shards.check(op); err != nil {
 		return nil, err
 	}
 	if p.TimedOut {
 		return nil, &Error{Op: op, Status: 200, Reason: "the listing page timed out", Err: ErrPartial}
 	}
-	out := make([]DocRef, len(p.Hits.Hits))
+	out := make([]Hit, len(p.Hits.Hits))
 	for i, h := range p.Hits.Hits {
 		if h.SeqNo == nil || *h.SeqNo <= after {
 			return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("listing hit %q is out of _seq_no order", h.ID), Err: ErrMalformed}
 		}
 		after = *h.SeqNo
-		out[i] = DocRef{ID: h.ID, Routing: h.Routing, SeqNo: *h.SeqNo}
+		out[i] = Hit{ID: h.ID, Routing: h.Routing, SeqNo: *h.SeqNo}
+		if withSource {
+			if h.PrimaryTerm == nil || h.Version == nil || len(h.Source) == 0 {
+				return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("snapshot hit %q lacks _primary_term, _version or _source", h.ID), Err: ErrMalformed}
+			}
+			out[i].PrimaryTerm, out[i].Version, out[i].Source = *h.PrimaryTerm, *h.Version, h.Source
+		}
 	}
 	return out, nil
 }
@@ -101,14 +112,31 @@ func (p *listPage) refs(op string, after int64) ([]DocRef, error) {
 // with a failed shard or a timeout, is an error, and fn's work must then be
 // thrown away. It returns the number of documents listed.
 func (c *Client) ListShard(ctx context.Context, index string, shard, pageSize int, method string, fn func([]DocRef) error) (int64, error) {
+	return c.list(ctx, index, shard, pageSize, method, false, func(hits []Hit) error {
+		refs := make([]DocRef, len(hits))
+		for i, h := range hits {
+			refs[i] = DocRef{ID: h.ID, Routing: h.Routing, SeqNo: h.SeqNo}
+		}
+		return fn(refs)
+	})
+}
+
+// SnapshotShard is ListShard with each document's _source, _version and
+// _primary_term: every live document of the shard as one frozen view holds
+// it (a resync's snapshot).
+func (c *Client) SnapshotShard(ctx context.Context, index string, shard, pageSize int, method string, fn func([]Hit) error) (int64, error) {
+	return c.list(ctx, index, shard, pageSize, method, true, fn)
+}
+
+func (c *Client) list(ctx context.Context, index string, shard, pageSize int, method string, withSource bool, fn func([]Hit) error) (int64, error) {
 	if method == ListingAuto {
 		method = c.listingMethod()
 	}
 	switch method {
 	case ListingPIT:
-		return c.listPIT(ctx, index, shard, pageSize, fn)
+		return c.listPIT(ctx, index, shard, pageSize, withSource, fn)
 	case ListingScroll:
-		return c.listScroll(ctx, index, shard, pageSize, fn)
+		return c.listScroll(ctx, index, shard, pageSize, withSource, fn)
 	}
 	return 0, fmt.Errorf("listing method %q: want pit or scroll", method)
 }
@@ -146,17 +174,18 @@ func (c *Client) openSearchPaths() bool {
 
 const listKeepAlive = "2m"
 
-func listBody(pageSize int) map[string]any {
+func listBody(pageSize int, withSource bool) map[string]any {
 	return map[string]any{
 		"size":                pageSize,
-		"_source":             false,
+		"_source":             withSource,
+		"version":             withSource,
 		"sort":                []any{map[string]any{"_seq_no": "asc"}},
 		"seq_no_primary_term": true,
 		"track_total_hits":    true,
 	}
 }
 
-func (c *Client) listPIT(ctx context.Context, index string, shard, pageSize int, fn func([]DocRef) error) (n int64, err error) {
+func (c *Client) listPIT(ctx context.Context, index string, shard, pageSize int, withSource bool, fn func([]Hit) error) (n int64, err error) {
 	op := fmt.Sprintf("list shard %d of %s (point in time)", shard, index)
 	var openPath string
 	var open struct {
@@ -188,7 +217,7 @@ func (c *Client) listPIT(ctx context.Context, index string, shard, pageSize int,
 	after := int64(-1)
 	var total int64 = -1
 	for {
-		body := listBody(pageSize)
+		body := listBody(pageSize, withSource)
 		body["pit"] = map[string]any{"id": pit, "keep_alive": listKeepAlive}
 		if after >= 0 {
 			body["search_after"] = []any{after}
@@ -211,7 +240,7 @@ func (c *Client) listPIT(ctx context.Context, index string, shard, pageSize int,
 			}
 			total = page.Hits.Total.Value
 		}
-		refs, err := page.refs(op, after)
+		refs, err := page.refs(op, after, withSource)
 		if err != nil {
 			return n, err
 		}
@@ -243,11 +272,11 @@ func (c *Client) closePIT(id string, osPaths bool) {
 	_ = c.do(ctx, "close point in time", http.MethodDelete, "/_pit", map[string]any{"id": id}, nil)
 }
 
-func (c *Client) listScroll(ctx context.Context, index string, shard, pageSize int, fn func([]DocRef) error) (n int64, err error) {
+func (c *Client) listScroll(ctx context.Context, index string, shard, pageSize int, withSource bool, fn func([]Hit) error) (n int64, err error) {
 	op := fmt.Sprintf("list shard %d of %s (scroll)", shard, index)
 	var page listPage
 	path := "/" + url.PathEscape(index) + "/_search?scroll=" + listKeepAlive + "&preference=" + shardPreference(shard)
-	if err := c.do(ctx, op, http.MethodPost, path, listBody(pageSize), &page); err != nil {
+	if err := c.do(ctx, op, http.MethodPost, path, listBody(pageSize, withSource), &page); err != nil {
 		return 0, err
 	}
 	scrollID := page.ScrollID
@@ -267,7 +296,7 @@ func (c *Client) listScroll(ctx context.Context, index string, shard, pageSize i
 	total := page.Hits.Total.Value
 	after := int64(-1)
 	for {
-		refs, err := page.refs(op, after)
+		refs, err := page.refs(op, after, withSource)
 		if err != nil {
 			return n, err
 		}
@@ -296,6 +325,25 @@ func (c *Client) listScroll(ctx context.Context, index string, shard, pageSize i
 		return n, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("listed %d documents but the view holds %d", n, total), Err: ErrPartial}
 	}
 	return n, nil
+}
+
+// CountIndex returns how many documents the index holds (all shards).
+func (c *Client) CountIndex(ctx context.Context, index string) (int64, error) {
+	op := "count " + index
+	var r struct {
+		Count  *int64       `json:"count"`
+		Shards shardsHeader `json:"_shards"`
+	}
+	if err := c.do(ctx, op, http.MethodGet, "/"+url.PathEscape(index)+"/_count", nil, &r); err != nil {
+		return 0, err
+	}
+	if err := r.Shards.check(op); err != nil {
+		return 0, err
+	}
+	if r.Count == nil {
+		return 0, &Error{Op: op, Status: 200, Reason: "no count in the answer", Err: ErrMalformed}
+	}
+	return *r.Count, nil
 }
 
 // Present returns which of ids are live in one shard now (an ids query,
@@ -342,3 +390,9 @@ func (c *Client) Present(ctx context.Context, index string, shard int, ids []str
 
 // IsNotFound reports whether err is a 404 for a missing index.
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// IsClosed reports whether err says the index is closed.
+func IsClosed(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Type == "index_closed_exception"
+}

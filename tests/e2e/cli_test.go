@@ -74,7 +74,7 @@ func TestCLI_BadInput(t *testing.T) {
 		{"no credentials", []string{"run", "--es", secured.URL(), "--redis", srv.URL(), "--index", "present"}, 1,
 			[]string{"refused no credentials", "401"}},
 		{"unknown index", []string{"run", "--es", c.URL(), "--redis", srv.URL(), "--index", "present,absent"}, 1,
-			[]string{"no such index [absent]", "check --index"}},
+			[]string{`--index "absent" names no index, alias or data stream`, "no such index [absent]", "check for a typo"}},
 		{"unreachable Redis", []string{"run", "--es", c.URL(), "--redis", deadRedis, "--index", "present"}, 1,
 			[]string{"cannot reach Redis at " + deadRedis}},
 		{"malformed Redis URL", []string{"run", "--es", c.URL(), "--redis", "localhost:6379", "--index", "present"}, 2,

@@ -150,7 +150,7 @@ func startRelayDeletes(tb testing.TB, c *esemu.Cluster, redisURL, feedName strin
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cfg := relay.Config{ES: client, Store: store, Lease: lease, Indices: indices, PollInterval: 50 * time.Millisecond,
+	cfg := relay.Config{ES: client, Store: store, Lease: lease, Targets: indices, PollInterval: 50 * time.Millisecond,
 		BatchSize: 100, MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(testWriter{tb}, &slog.HandlerOptions{Level: testLogLevel()}))}
 	if dmod != nil {

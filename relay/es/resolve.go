@@ -1,0 +1,96 @@
+package es
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+)
+
+// Resolution is what an index expression names now.
+type Resolution struct {
+	// Indices are the concrete indices behind the expression, sorted, each
+	// once: matched directly, through an alias, or as a data stream's
+	// backing index.
+	Indices []ResolvedIndex
+	// Aliases and DataStreams the expression matched, by name.
+	Aliases     map[string][]string
+	DataStreams map[string][]string
+}
+
+// ResolvedIndex is one concrete index of a resolution.
+type ResolvedIndex struct {
+	Name string
+	// Closed is known for indices matched directly; indices reached through
+	// an alias or data stream report false (their stats say).
+	Closed     bool
+	DataStream string
+}
+
+// Resolve answers GET /_resolve/index/<expr>: wildcards expand to open and
+// closed indices (closed ones are reported, not followed), hidden ones too
+// when hidden is set; data streams bring their (hidden) backing indices.
+// A concrete name that exists nowhere is an error wrapping ErrNotFound.
+func (c *Client) Resolve(ctx context.Context, expr string, hidden bool) (Resolution, error) {
+	op := fmt.Sprintf("resolve %q", expr)
+	var r struct {
+		Indices []struct {
+			Name       string   `json:"name"`
+			Attributes []string `json:"attributes"`
+			DataStream string   `json:"data_stream"`
+		} `json:"indices"`
+		Aliases []struct {
+			Name    string   `json:"name"`
+			Indices []string `json:"indices"`
+		} `json:"aliases"`
+		DataStreams []struct {
+			Name           string   `json:"name"`
+			BackingIndices []string `json:"backing_indices"`
+		} `json:"data_streams"`
+	}
+	wild := "open,closed"
+	if hidden {
+		wild += ",hidden"
+	}
+	path := "/_resolve/index/" + url.PathEscape(expr) + "?expand_wildcards=" + url.QueryEscape(wild)
+	if err := c.do(ctx, op, http.MethodGet, path, nil, &r); err != nil {
+		return Resolution{}, err
+	}
+	res := Resolution{Aliases: map[string][]string{}, DataStreams: map[string][]string{}}
+	seen := map[string]int{}
+	add := func(ix ResolvedIndex) {
+		if i, ok := seen[ix.Name]; ok {
+			if ix.Closed {
+				res.Indices[i].Closed = true
+			}
+			if ix.DataStream != "" {
+				res.Indices[i].DataStream = ix.DataStream
+			}
+			return
+		}
+		seen[ix.Name] = len(res.Indices)
+		res.Indices = append(res.Indices, ix)
+	}
+	for _, ix := range r.Indices {
+		closed := false
+		for _, a := range ix.Attributes {
+			closed = closed || a == "closed"
+		}
+		add(ResolvedIndex{Name: ix.Name, Closed: closed, DataStream: ix.DataStream})
+	}
+	for _, a := range r.Aliases {
+		res.Aliases[a.Name] = a.Indices
+		for _, n := range a.Indices {
+			add(ResolvedIndex{Name: n})
+		}
+	}
+	for _, ds := range r.DataStreams {
+		res.DataStreams[ds.Name] = ds.BackingIndices
+		for _, n := range ds.BackingIndices {
+			add(ResolvedIndex{Name: n, DataStream: ds.Name})
+		}
+	}
+	sort.Slice(res.Indices, func(i, j int) bool { return res.Indices[i].Name < res.Indices[j].Name })
+	return res, nil
+}

@@ -1,0 +1,259 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/es-changefeed/es-changefeed/relay/es"
+)
+
+// ErrUnfollowable marks an index a change feed cannot follow (sequence
+// numbers disabled). It is refused with an error, not retried.
+var ErrUnfollowable = errors.New("index cannot be followed")
+
+// follower is the loop of one concrete index.
+type follower struct {
+	target string
+	cancel context.CancelFunc
+	done   chan struct{}
+	// refused is set (before done closes) when the index cannot be followed.
+	refused bool
+}
+
+// targetState remembers what was last said about an expression or an index,
+// so each condition is logged once per change.
+type targetState struct {
+	said map[string]string
+}
+
+func (t *targetState) once(key, state string, log func()) {
+	if t.said[key] == state {
+		return
+	}
+	t.said[key] = state
+	log()
+}
+
+// followTargets resolves the targets every round and keeps one loop per
+// concrete index behind them: indices that appear (a new index matching a
+// pattern, a rollover's new write index, a new backing index) start from
+// their beginning; closed ones are skipped until reopened; loops of indices
+// that no longer match stop; an index that was deleted ends with its deletes.
+func (r *Relay) followTargets(ctx context.Context) error {
+	loops := map[string]*follower{}
+	refused := map[string]bool{}
+	said := &targetState{said: map[string]string{}}
+	errs := make(chan error, 1)
+	defer func() {
+		for _, f := range loops {
+			f.cancel()
+			<-f.done
+		}
+	}()
+	for {
+		want, closed, err := r.resolveTargets(ctx, said)
+		if err != nil {
+			return err
+		}
+		r.mu.Lock()
+		first := !r.resolved
+		r.resolved = true
+		r.mu.Unlock()
+		for name, f := range loops {
+			select {
+			case <-f.done:
+				if f.refused {
+					refused[name] = true
+				}
+				delete(loops, name)
+			default:
+			}
+		}
+		for name, target := range want {
+			if loops[name] != nil || refused[name] {
+				continue
+			}
+			fctx, cancel := context.WithCancel(ctx)
+			f := &follower{target: target, cancel: cancel, done: make(chan struct{})}
+			loops[name] = f
+			fromNow := first && r.cfg.From == FromNow
+			go func(name string) {
+				defer close(f.done)
+				err := r.follow(fctx, name, target, fromNow)
+				switch {
+				case errors.Is(err, ErrUnfollowable):
+					r.log.Error("refusing to follow index", logIndex, name, logErr, err.Error())
+					f.refused = true
+				case err != nil:
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}(name)
+		}
+		for name, f := range loops {
+			if _, ok := want[name]; ok {
+				continue
+			}
+			f.cancel()
+			<-f.done
+			delete(loops, name)
+			if closed[name] {
+				continue // logged by resolveTargets
+			}
+			if err := r.endIfGone(ctx, name); err != nil {
+				return err
+			}
+		}
+		if first {
+			if err := r.endVanished(ctx, want); err != nil {
+				return err
+			}
+		}
+		select {
+		case err := <-errs:
+			return err
+		case <-ctx.Done():
+			return nil
+		case <-sleepChan(r.cfg.PollInterval):
+		}
+		for name := range refused {
+			if _, ok := want[name]; !ok {
+				delete(refused, name) // gone: look again if it comes back
+			}
+		}
+	}
+}
+
+// resolveTargets resolves every expression. It returns the open indices to
+// follow (index -> the first expression naming it) and the closed ones.
+// Expressions that match nothing, or name nothing, are warned about once
+// and waited for.
+func (r *Relay) resolveTargets(ctx context.Context, said *targetState) (map[string]string, map[string]bool, error) {
+	want := map[string]string{}
+	closed := map[string]bool{}
+	for _, expr := range r.cfg.Targets {
+		res, err := r.cfg.ES.Resolve(ctx, expr, r.cfg.Hidden)
+		switch {
+		case es.IsNotFound(err):
+			said.once("expr:"+expr, "missing", func() {
+				r.log.Warn("the expression names no index, alias or data stream (a typo?); waiting for it to appear", "target", expr, logErr, err.Error())
+			})
+			continue
+		case err != nil:
+			return nil, nil, err
+		}
+		if len(res.Indices) == 0 {
+			said.once("expr:"+expr, "empty", func() {
+				r.log.Warn("the expression matches no index yet; waiting", "target", expr)
+			})
+			continue
+		}
+		said.once("expr:"+expr, "ok", func() {})
+		for _, ix := range res.Indices {
+			if ix.Closed {
+				closed[ix.Name] = true
+				said.once("index:"+ix.Name, "closed", func() {
+					r.log.Warn("index is closed: skipping it until it is reopened", logIndex, ix.Name, "target", expr)
+				})
+				continue
+			}
+			if said.said["index:"+ix.Name] == "closed" {
+				said.once("index:"+ix.Name, "open", func() {
+					r.log.Info("index reopened: resuming from its checkpoint", logIndex, ix.Name)
+				})
+			}
+			if _, ok := want[ix.Name]; !ok && !closed[ix.Name] {
+				want[ix.Name] = expr
+			}
+		}
+	}
+	return want, closed, nil
+}
+
+// endIfGone ends an index that no longer matches if it was deleted; an
+// index that still exists but no longer matches is just not followed.
+func (r *Relay) endIfGone(ctx context.Context, name string) error {
+	_, err := r.cfg.ES.Stats(ctx, []string{name})
+	switch {
+	case err == nil, es.IsClosed(err):
+		r.log.Info("index no longer matches the targets: not following it", logIndex, name)
+		return nil
+	case !es.IsNotFound(err):
+		return err
+	}
+	cur := &cursor{}
+	if err := r.load(ctx, cur); err != nil {
+		return err
+	}
+	return r.forgetOthers(ctx, name, "", cur)
+}
+
+// endVanished ends the indices the feed followed under these targets that
+// were deleted while no relay ran.
+func (r *Relay) endVanished(ctx context.Context, want map[string]string) error {
+	cur := &cursor{}
+	if err := r.load(ctx, cur); err != nil {
+		return err
+	}
+	targets := map[string]bool{}
+	for _, t := range r.cfg.Targets {
+		targets[t] = true
+	}
+	var names []string
+	for _, info := range cur.state.Indices {
+		if _, followed := want[info.Name]; !followed && targets[info.Target] {
+			names = append(names, info.Name)
+		}
+	}
+	sort.Strings(names)
+	for i, name := range names {
+		if i > 0 && names[i-1] == name {
+			continue
+		}
+		if err := r.endIfGone(ctx, name); err != nil {
+			return fmt.Errorf("end index %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// SplitTargets turns --index values into expressions: each value is split
+// at commas, and an element starting with '-' (an exclusion) stays with the
+// elements before it, so "logs-*,-logs-debug*,metrics" is two expressions.
+func SplitTargets(values []string) []string {
+	var out []string
+	for _, v := range values {
+		var cur []string
+		flush := func() {
+			if len(cur) > 0 {
+				out = append(out, strings.Join(cur, ","))
+				cur = nil
+			}
+		}
+		parts := strings.Split(v, ",")
+		for i, p := range parts {
+			p = strings.TrimSpace(p)
+			if p == "" {
+				continue
+			}
+			next := ""
+			if i+1 < len(parts) {
+				next = strings.TrimSpace(parts[i+1])
+			}
+			cur = append(cur, p)
+			if !strings.HasPrefix(next, "-") {
+				flush()
+			}
+		}
+		flush()
+	}
+	return out
+}
+
+func sleepChan(d time.Duration) <-chan time.Time { return time.After(d) }
