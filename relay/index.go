@@ -21,7 +21,6 @@ type cursor struct {
 	state   checkpoint.State // as last loaded, kept up to date by this loop's commits
 	seen    bool             // an index of this name was adopted by this process
 	told    string           // the uuid last announced in the log
-	closed  bool             // the index was found closed (said once)
 	gone    bool             // the index was deleted and its end emitted
 	prog    *progress        // the initial read of a large index
 
@@ -51,18 +50,14 @@ func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) e
 			return nil
 		}
 		if es.IsClosed(err) {
-			if !cur.closed {
-				cur.closed = true
-				log.Warn("index is closed: skipping it until it is reopened")
-			}
+			r.sayClosed(name, target)
 			if !sleep(ctx, r.cfg.PollInterval) {
 				return nil
 			}
 			continue
 		}
-		if err == nil && cur.closed {
-			cur.closed = false
-			log.Info("index reopened: resuming from its checkpoint")
+		if err == nil {
+			r.sayOpen(name)
 		}
 		if err != nil {
 			cur.loaded = false
@@ -258,8 +253,12 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 	cur.uuid, cur.seen = st.UUID, true
 	if len(cur.cps) == 0 && !cur.fromNow {
 		// A first read from the beginning: log its progress if it is large.
-		if total, err := r.cfg.ES.CountIndex(ctx, name); err == nil && total >= progressMin {
-			cur.prog = newProgress("reading the existing documents of "+name, total, nil)
+		// The count sees what a refresh made visible; without either, there
+		// is just no progress log.
+		if err := r.cfg.ES.Refresh(ctx, name); err == nil {
+			if total, err := r.cfg.ES.CountIndex(ctx, name); err == nil && total >= progressMin {
+				cur.prog = newProgress("reading the existing documents of "+name, total, nil)
+			}
 		}
 	}
 	if cur.told != st.UUID {

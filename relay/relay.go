@@ -67,6 +67,9 @@ type Config struct {
 	// SnapshotProgress, if set, is called after each page of a snapshot
 	// with the documents written and the total expected (a progress bar).
 	SnapshotProgress func(done, total int64)
+	// ProgressInterval is how often a long read (an index's first read from
+	// its beginning, a snapshot) logs its progress. Default 5s.
+	ProgressInterval time.Duration
 	// PollInterval is the pause after a round that found nothing new.
 	// Default 1s.
 	PollInterval time.Duration
@@ -143,6 +146,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.ProgressInterval == 0 {
+		c.ProgressInterval = 5 * time.Second
+	}
 	return c
 }
 
@@ -156,6 +162,33 @@ type Relay struct {
 	sawMeta     bool   // this process saw the feed's meta hash: its loss is state loss
 	snapshotted bool   // the snapshot of a resync was written
 	resolved    bool   // the first resolution of the targets happened
+	closedSaid  map[string]bool
+}
+
+// sayClosed warns once that an index is closed (the resolver and the index's
+// own loop may both notice).
+func (r *Relay) sayClosed(name, target string) {
+	r.mu.Lock()
+	if r.closedSaid == nil {
+		r.closedSaid = map[string]bool{}
+	}
+	said := r.closedSaid[name]
+	r.closedSaid[name] = true
+	r.mu.Unlock()
+	if !said {
+		r.log.Warn("index is closed: skipping it until it is reopened", logIndex, name, "target", target)
+	}
+}
+
+// sayOpen reports a reopened index once, if it was said to be closed.
+func (r *Relay) sayOpen(name string) {
+	r.mu.Lock()
+	said := r.closedSaid[name]
+	delete(r.closedSaid, name)
+	r.mu.Unlock()
+	if said {
+		r.log.Info("index reopened: resuming from its checkpoint", logIndex, name)
+	}
 }
 
 // New returns a Relay.

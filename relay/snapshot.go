@@ -12,9 +12,6 @@ import (
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
 
-// progressEvery is how often a long read logs its progress.
-const progressEvery = 5 * time.Second
-
 // progressMin is the size from which an initial read logs progress.
 const progressMin = 10_000
 
@@ -34,7 +31,7 @@ func newProgress(what string, total int64, report func(done, total int64)) *prog
 	return &progress{what: what, total: total, start: now, lastLog: now, report: report}
 }
 
-// add counts n documents and logs every progressEvery: done / total, rate,
+// add counts n documents and logs every ProgressInterval: done / total, rate,
 // and the time left at that rate.
 func (p *progress) add(r *Relay, n int) {
 	if p == nil {
@@ -44,7 +41,7 @@ func (p *progress) add(r *Relay, n int) {
 	if p.report != nil {
 		p.report(p.done, p.total)
 	}
-	if time.Since(p.lastLog) < progressEvery {
+	if time.Since(p.lastLog) < r.cfg.ProgressInterval {
 		return
 	}
 	p.lastLog = time.Now()
@@ -95,6 +92,9 @@ func (r *Relay) snapshot(ctx context.Context) error {
 	sort.Strings(names)
 	var total int64
 	for _, n := range names {
+		if err := r.cfg.ES.Refresh(ctx, n); err != nil {
+			return err
+		}
 		c, err := r.cfg.ES.CountIndex(ctx, n)
 		if err != nil {
 			return err

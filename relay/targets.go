@@ -158,15 +158,8 @@ func (r *Relay) resolveTargets(ctx context.Context, said *targetState) (map[stri
 		for _, ix := range res.Indices {
 			if ix.Closed {
 				closed[ix.Name] = true
-				said.once("index:"+ix.Name, "closed", func() {
-					r.log.Warn("index is closed: skipping it until it is reopened", logIndex, ix.Name, "target", expr)
-				})
+				r.sayClosed(ix.Name, expr)
 				continue
-			}
-			if said.said["index:"+ix.Name] == "closed" {
-				said.once("index:"+ix.Name, "open", func() {
-					r.log.Info("index reopened: resuming from its checkpoint", logIndex, ix.Name)
-				})
 			}
 			if _, ok := want[ix.Name]; !ok && !closed[ix.Name] {
 				want[ix.Name] = expr

@@ -145,13 +145,16 @@ type IndexSettings struct {
 	SequenceNumbersDisabled bool
 }
 
-// Settings reads GET /<index>/_settings?flat_settings=true.
+// Settings reads GET /<index>/_settings?flat_settings=true&include_defaults=true:
+// a setting's default (such as index.disable_sequence_numbers on a time
+// series index) counts as much as an explicit value.
 func (c *Client) Settings(ctx context.Context, index string) (IndexSettings, error) {
 	op := "read settings of " + index
 	var r map[string]struct {
 		Settings map[string]any `json:"settings"`
+		Defaults map[string]any `json:"defaults"`
 	}
-	if err := c.do(ctx, op, http.MethodGet, "/"+url.PathEscape(index)+"/_settings?flat_settings=true", nil, &r); err != nil {
+	if err := c.do(ctx, op, http.MethodGet, "/"+url.PathEscape(index)+"/_settings?flat_settings=true&include_defaults=true", nil, &r); err != nil {
 		return IndexSettings{}, err
 	}
 	ix, ok := r[index]
@@ -160,6 +163,9 @@ func (c *Client) Settings(ctx context.Context, index string) (IndexSettings, err
 	}
 	get := func(k string) string {
 		if v, ok := ix.Settings[k]; ok {
+			return fmt.Sprint(v)
+		}
+		if v, ok := ix.Defaults[k]; ok {
 			return fmt.Sprint(v)
 		}
 		return ""

@@ -75,6 +75,8 @@ func TestCLI_BadInput(t *testing.T) {
 			[]string{"refused no credentials", "401"}},
 		{"unknown index", []string{"run", "--es", c.URL(), "--redis", srv.URL(), "--index", "present,absent"}, 1,
 			[]string{`--index "absent" names no index, alias or data stream`, "no such index [absent]", "check for a typo"}},
+		{"alias with a typo", []string{"run", "--es", c.URL(), "--redis", srv.URL(), "--index", "presnt-alias"}, 1,
+			[]string{`--index "presnt-alias" names no index, alias or data stream`, "check for a typo"}},
 		{"unreachable Redis", []string{"run", "--es", c.URL(), "--redis", deadRedis, "--index", "present"}, 1,
 			[]string{"cannot reach Redis at " + deadRedis}},
 		{"malformed Redis URL", []string{"run", "--es", c.URL(), "--redis", "localhost:6379", "--index", "present"}, 2,

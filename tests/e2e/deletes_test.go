@@ -311,7 +311,9 @@ func TestDeletes_AppendOnlyCostsNothing(t *testing.T) {
 	reqs := c.RequestCounts()
 	st := f.scanner.Stats()
 	t.Logf("%d documents over %s; requests %v; scans due %d, saved by gap proof %d", n, d, reqs, st.Due, st.SavedByGap)
-	if reqs[esemu.KindPIT] != 0 || reqs[esemu.KindScroll] != 0 || reqs[esemu.KindCount] != 0 {
+	// One _count is the relay's own: the total for the progress log of the
+	// index's first read. Scans made none.
+	if reqs[esemu.KindPIT] != 0 || reqs[esemu.KindScroll] != 0 || reqs[esemu.KindCount] > 1 {
 		t.Fatalf("an append-only index caused listing work: %d PIT, %d scroll, %d count requests", reqs[esemu.KindPIT], reqs[esemu.KindScroll], reqs[esemu.KindCount])
 	}
 	if st.Due == 0 || st.SavedByGap != st.Due {

@@ -102,6 +102,11 @@ func apiDeleteIndex(c *Cluster, r *request) (reply, *esError) {
 // settingsObject renders an index's settings nested ({"index":{...}}) or
 // flat ({"index.x": "..."}), optionally filtered by name patterns.
 func (c *Cluster) settingsObject(ix *index, flat bool, names []string) *orderedMap {
+	return renderSettings(c.explicitSettings(ix), flat, names)
+}
+
+// explicitSettings are the settings ES lists without include_defaults.
+func (c *Cluster) explicitSettings(ix *index) map[string]string {
 	all := map[string]string{}
 	for k, v := range ix.settings.flat {
 		all[k] = v
@@ -120,6 +125,35 @@ func (c *Cluster) settingsObject(ix *index, flat bool, names []string) *orderedM
 	} else {
 		all["index.version.created"] = fmt.Sprintf("%d%02d%02d99", c.info.major, c.info.minor, 0)
 	}
+	return all
+}
+
+// defaultSettings are the modeled settings the index did not set, as
+// include_defaults=true lists them.
+func (c *Cluster) defaultSettings(ix *index) map[string]string {
+	d := map[string]string{
+		"index.refresh_interval":         "1s",
+		"index.max_result_window":        "10000",
+		"index.gc_deletes":               "60s",
+		"index.hidden":                   "false",
+		"index.number_of_routing_shards": strconv.Itoa(ix.settings.routingShards),
+	}
+	if !c.info.openSearch && c.info.major >= 8 {
+		d["index.mode"] = "standard"
+	}
+	if c.cfg.Flavor.seqNoDisabling() {
+		d["index.disable_sequence_numbers"] = strconv.FormatBool(ix.settings.seqNoDisabled)
+	}
+	explicit := c.explicitSettings(ix)
+	for k := range d {
+		if _, set := explicit[k]; set {
+			delete(d, k)
+		}
+	}
+	return d
+}
+
+func renderSettings(all map[string]string, flat bool, names []string) *orderedMap {
 	keys := make([]string, 0, len(all))
 	for k := range all {
 		if len(names) > 0 && !matchesAny(names, k) {
@@ -220,9 +254,14 @@ func apiGetSettings(c *Cluster, r *request) (reply, *esError) {
 	if n := r.vars["name"]; n != "" && n != "_all" {
 		names = splitExpr(n)
 	}
+	defaults, _ := r.boolParam("include_defaults", false)
 	out := newOrderedMap()
 	for _, ix := range indices {
-		out.set(ix.name, obj("settings", c.settingsObject(ix, flat, names)))
+		m := obj("settings", c.settingsObject(ix, flat, names))
+		if defaults {
+			m.set("defaults", renderSettings(c.defaultSettings(ix), flat, names))
+		}
+		out.set(ix.name, m)
 	}
 	return reply{status: 200, body: out}, nil
 }
