@@ -82,12 +82,15 @@ type Batch struct {
 	DropKeys []string
 	// Meta fields are set (HSET) on the feed's meta hash.
 	Meta map[string]string
+	// Generations fields are set (HSET) on the generations hash: "<uuid>"
+	// and "name:<index name>" -> generation.
+	Generations map[string]int64
 }
 
 func (b Batch) empty() bool {
 	return len(b.Events) == 0 && len(b.Checkpoints) == 0 && len(b.Gaps) == 0 && len(b.Origins) == 0 && len(b.Delivered) == 0 &&
 		len(b.Removed) == 0 && len(b.Indices) == 0 && len(b.ForgetShards) == 0 && len(b.ForgetIndices) == 0 &&
-		len(b.DropKeys) == 0 && len(b.Meta) == 0
+		len(b.DropKeys) == 0 && len(b.Meta) == 0 && len(b.Generations) == 0
 }
 
 // Config configures a Store.
@@ -175,13 +178,18 @@ const (
 	MetaSnapshot = "snapshot_in_progress"
 )
 
-// Reset deletes the feed's state — every key but the stream, the lease and
-// the dead-letter stream — so that resync can rebuild it. It is not atomic
+// Reset deletes the feed's state — every key but the stream, the lease, the
+// dead-letter stream, the generations and the fences — so that resync can
+// rebuild it. It is not atomic
 // (keys are found with SCAN); an interrupted reset is finished by the next
 // one.
 func (s *Store) Reset(ctx context.Context) (int, error) {
 	k := s.cfg.Keys
-	keep := map[string]bool{k.Events(): true, k.Lease(): true, k.Dead(): true}
+	// The stream, lease and dead letters are not state; generations and
+	// consumer fences must outlive a resync (versions and orders already
+	// applied downstream were built from them).
+	keep := map[string]bool{k.Events(): true, k.Lease(): true, k.Dead(): true, k.Generations(): true}
+	fences := k.Fence("")
 	var cursor uint64
 	deleted := 0
 	for {
@@ -191,7 +199,7 @@ func (s *Store) Reset(ctx context.Context) (int, error) {
 		}
 		var drop []string
 		for _, key := range keys {
-			if !keep[key] {
+			if !keep[key] && !strings.HasPrefix(key, fences) {
 				drop = append(drop, key)
 			}
 		}
@@ -206,6 +214,25 @@ func (s *Store) Reset(ctx context.Context) (int, error) {
 		}
 		cursor = next
 	}
+}
+
+// NextGeneration returns the generation an index uuid has, or the one it
+// would get as the next index of its name (assigned by committing
+// Batch.Generations). Only the lease holder assigns generations.
+func (s *Store) NextGeneration(ctx context.Context, uuid, name string) (gen int64, assigned bool, err error) {
+	vals, err := s.cfg.Client.HMGet(ctx, s.cfg.Keys.Generations(), uuid, "name:"+name).Result()
+	if err != nil {
+		return 0, false, fmt.Errorf("read %s: %w", s.cfg.Keys.Generations(), err)
+	}
+	parse := func(v any) int64 {
+		str, _ := v.(string)
+		n, _ := strconv.ParseInt(str, 10, 64)
+		return n
+	}
+	if g := parse(vals[0]); g > 0 {
+		return g, true, nil
+	}
+	return parse(vals[1]) + 1, false, nil
 }
 
 // Load reads the checkpoints and known indices.
@@ -364,6 +391,13 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) error {
 			}
 			if len(b.DropKeys) > 0 {
 				p.Del(ctx, b.DropKeys...)
+			}
+			if len(b.Generations) > 0 {
+				vals := make([]any, 0, 2*len(b.Generations))
+				for f, g := range b.Generations {
+					vals = append(vals, f, strconv.FormatInt(g, 10))
+				}
+				p.HSet(ctx, k.Generations(), vals...)
 			}
 			if len(b.Meta) > 0 {
 				vals := make([]any, 0, 2*len(b.Meta))

@@ -16,6 +16,8 @@ import (
 //	escf:{feed}:routing:<uuid>:<shard>      hash  id -> custom routing (routed ids only)
 //	escf:{feed}:scan:<uuid>:<shard>         set   live ids of a delete scan in progress
 //	escf:{feed}:meta                        hash  feed facts: created, targets (never deleted by the relay)
+//	escf:{feed}:generations                 hash  <uuid> -> generation of its index name (1, 2, ... per re-creation)
+//	escf:{feed}:fence:<name>                hash  <uuid>/<shard>/<id> -> order of the last event applied (idempotency)
 //	escf:{feed}:lease                       string owner token (PX TTL)
 //	escf:{feed}:dead                        stream of dead-lettered events
 type Keys struct {
@@ -75,6 +77,18 @@ func (k Keys) Scan(indexUUID string, shard int) string {
 // first index the feed follows and only resync rewrites it, so a stream
 // without it means the feed's state was lost.
 func (k Keys) Meta() string { return "escf:" + k.tag + ":meta" }
+
+// Generations is the hash giving each index uuid the generation of its
+// name: the first index of a name is 1, a re-created one 2, and so on. The
+// relay writes it before any event of that uuid; the bulk sink builds
+// external versions from it, so a re-created index's documents (seq nos
+// restarting at 0) order after the old index's deletes. Field "<uuid>" ->
+// generation; field "name:<index name>" -> the name's last generation.
+func (k Keys) Generations() string { return "escf:" + k.tag + ":generations" }
+
+// Fence is the hash of a named fence (package idempotency): per document,
+// the order of the last event applied.
+func (k Keys) Fence(name string) string { return "escf:" + k.tag + ":fence:" + name }
 
 // Pattern matches every key of the feed (for SCAN).
 func (k Keys) Pattern() string { return "escf:" + k.tag + ":*" }

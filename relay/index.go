@@ -221,6 +221,9 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 		}
 	}
 	batch := checkpoint.Batch{Checkpoints: map[checkpoint.ShardID]int64{}, Origins: map[checkpoint.ShardID]int64{}}
+	if err := r.assignGeneration(ctx, st.UUID, name, &batch); err != nil {
+		return err
+	}
 	if _, known := cur.state.Indices[st.UUID]; !known {
 		r.mu.Lock()
 		info := checkpoint.IndexInfo{Name: name, Target: cur.target, Shards: settings.Shards, FirstSeen: time.Now().UTC(), ClusterUUID: r.clusterUUID}
@@ -402,4 +405,16 @@ func upsertEvent(index, uuid string, shard int, target string, h es.Hit) redisx.
 	return redisx.Event{Op: redisx.OpUpsert, Index: index, IndexUUID: uuid, Shard: shard,
 		ID: h.ID, Routing: h.Routing, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm, Version: h.Version,
 		Source: h.Source, Target: target}
+}
+
+// assignGeneration gives a uuid seen for the first time the next generation
+// of its index name, in the batch that records it (before any of its
+// events): a re-created index's documents then order after the old one's.
+func (r *Relay) assignGeneration(ctx context.Context, uuid, name string, b *checkpoint.Batch) error {
+	gen, assigned, err := r.cfg.Store.NextGeneration(ctx, uuid, name)
+	if err != nil || assigned {
+		return err
+	}
+	b.Generations = map[string]int64{uuid: gen, "name:" + name: gen}
+	return nil
 }

@@ -158,7 +158,11 @@ func (r *Relay) snapshotIndex(ctx context.Context, name, target string, prog *pr
 	r.mu.Lock()
 	info := checkpoint.IndexInfo{Name: name, Target: target, Shards: settings.Shards, FirstSeen: time.Now().UTC(), ClusterUUID: r.clusterUUID}
 	r.mu.Unlock()
-	if err := r.commit(ctx, checkpoint.Batch{Indices: map[string]checkpoint.IndexInfo{st.UUID: info}}); err != nil {
+	rec := checkpoint.Batch{Indices: map[string]checkpoint.IndexInfo{st.UUID: info}}
+	if err := r.assignGeneration(ctx, st.UUID, name, &rec); err != nil {
+		return 0, err
+	}
+	if err := r.commit(ctx, rec); err != nil {
 		return 0, err
 	}
 	var count int64

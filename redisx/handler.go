@@ -1,0 +1,59 @@
+package redisx
+
+import (
+	"context"
+	"errors"
+)
+
+// Handler applies one event. It is the contract between a Pool and the code
+// that consumes the feed:
+//
+//   - nil: the event is done; the pool acknowledges it (XACK).
+//   - an error: the event stays pending and is delivered again (by this
+//     consumer after a backoff, or by another after MinIdle), until it
+//     succeeds or was delivered MaxDeliveries times; then it goes to the
+//     dead-letter stream, acknowledged.
+//   - an error wrapped with Permanent: retrying cannot help (a 4xx from a
+//     webhook, a malformed event); the event goes to the dead-letter stream
+//     at once.
+//
+// Events of one document (index_uuid, shard, id) reach one consumer's
+// handler one at a time, in stream order. Across consumers, or after a
+// redelivery, a handler may see an event again or an older event after a
+// newer one: sinks apply through fences (package idempotency, or ES
+// external versions) so that never puts an older version over a newer one.
+// The context is canceled when the pool's shutdown timeout expires.
+type Handler func(ctx context.Context, e Event) error
+
+// Middleware wraps a Handler.
+type Middleware func(Handler) Handler
+
+// Chain applies middlewares to h, the first one outermost.
+func Chain(h Handler, mws ...Middleware) Handler {
+	for i := len(mws) - 1; i >= 0; i-- {
+		h = mws[i](h)
+	}
+	return h
+}
+
+// permanentError marks an error that retrying cannot fix.
+type permanentError struct{ err error }
+
+func (p permanentError) Error() string { return p.err.Error() }
+func (p permanentError) Unwrap() error { return p.err }
+
+// Permanent marks err as not worth retrying: the pool dead-letters the event
+// at once. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// IsPermanent reports whether err (or an error it wraps) was marked with
+// Permanent.
+func IsPermanent(err error) bool {
+	var p permanentError
+	return errors.As(err, &p)
+}
