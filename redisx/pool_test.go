@@ -1,0 +1,307 @@
+package redisx_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/tests/redistest"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// addEvents appends n upserts, versions of docs "d0".."d{docs-1}" in turn.
+func addEvents(tb testing.TB, rdb *redis.Client, keys redisx.Keys, n, docs int) {
+	tb.Helper()
+	ctx := context.Background()
+	pipe := rdb.Pipeline()
+	for i := 0; i < n; i++ {
+		e := redisx.Event{Op: redisx.OpUpsert, Index: "i", IndexUUID: "U", Shard: 0, ID: fmt.Sprintf("d%d", i%docs),
+			SeqNo: int64(i), PrimaryTerm: 1, Version: 1, Source: json.RawMessage(`{}`)}
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: keys.Events(), Values: e.Values()})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// runPool runs a pool until stop() and returns it.
+func runPool(tb testing.TB, cfg redisx.PoolConfig, h redisx.Handler) (*redisx.Pool, func()) {
+	tb.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
+	p, err := redisx.NewPool(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, h) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				tb.Errorf("Run: %v", err)
+			}
+		})
+	}
+	tb.Cleanup(stop)
+	return p, stop
+}
+
+func waitFor(tb testing.TB, what string, timeout time.Duration, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func pending(tb testing.TB, rdb *redis.Client, keys redisx.Keys, group string) int64 {
+	tb.Helper()
+	p, err := rdb.XPending(context.Background(), keys.Events(), group).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p.Count
+}
+
+func TestPool_HandlesEveryEventInDocumentOrder(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	keys := redisx.NewKeys("order")
+	addEvents(t, rdb, keys, 2000, 37)
+	var mu sync.Mutex
+	last := map[string]int64{}
+	var outOfOrder, n atomic.Int64
+	p, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Workers: 8}, func(ctx context.Context, e redisx.Event) error {
+		mu.Lock()
+		if prev, ok := last[e.ID]; ok && e.SeqNo <= prev {
+			outOfOrder.Add(1)
+		}
+		last[e.ID] = e.SeqNo
+		mu.Unlock()
+		n.Add(1)
+		return nil
+	})
+	waitFor(t, "2000 events", 10*time.Second, func() bool { return p.Stats().Acked == 2000 })
+	stop()
+	if n.Load() != 2000 || outOfOrder.Load() != 0 {
+		t.Fatalf("handled %d (want 2000), %d out of document order (want 0)", n.Load(), outOfOrder.Load())
+	}
+	if got := pending(t, rdb, keys, "g"); got != 0 {
+		t.Fatalf("%d events still pending", got)
+	}
+}
+
+func TestPool_DeadLettersAfterExactlyMaxDeliveries(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	keys := redisx.NewKeys("dead")
+	poison := redisx.Event{Op: redisx.OpUpsert, Index: "i", IndexUUID: "U", ID: "poison", SeqNo: 0, PrimaryTerm: 1, Version: 1, Source: json.RawMessage(`{}`)}
+	rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: keys.Events(), Values: poison.Values()})
+	addEvents(t, rdb, keys, 20, 5) // behind it, in the same (only) lane
+	var attempts, others atomic.Int64
+	p, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Workers: 1, MaxDeliveries: 4,
+		RetryBackoff: 5 * time.Millisecond}, func(ctx context.Context, e redisx.Event) error {
+		if e.ID == "poison" {
+			attempts.Add(1)
+			return errors.New("boom")
+		}
+		others.Add(1)
+		return nil
+	})
+	waitFor(t, "the lane to get past the poison event", 10*time.Second, func() bool { return others.Load() == 20 })
+	stop()
+	if attempts.Load() != 4 || p.Stats().DeadLettered != 1 {
+		t.Fatalf("attempts %d, dead-lettered %d; want 4 and 1", attempts.Load(), p.Stats().DeadLettered)
+	}
+	dead, err := rdb.XRange(context.Background(), keys.Dead(), "-", "+").Result()
+	if err != nil || len(dead) != 1 {
+		t.Fatalf("dead letters %v %v", dead, err)
+	}
+	if v := dead[0].Values; v["id"] != "poison" || v["error"] != "boom" || v["deliveries"] != "4" || v["group"] != "g" {
+		t.Fatalf("dead letter fields %v", v)
+	}
+	if got := pending(t, rdb, keys, "g"); got != 0 {
+		t.Fatalf("%d events pending: the dead-lettered one must be acked", got)
+	}
+}
+
+func TestPool_PermanentErrorDeadLettersAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	keys := redisx.NewKeys("perm")
+	addEvents(t, rdb, keys, 3, 3)
+	var calls atomic.Int64
+	p, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g"}, func(ctx context.Context, e redisx.Event) error {
+		calls.Add(1)
+		return redisx.Permanent(errors.New("HTTP 400"))
+	})
+	waitFor(t, "3 dead letters", 5*time.Second, func() bool { return p.Stats().DeadLettered == 3 })
+	stop()
+	if calls.Load() != 3 {
+		t.Fatalf("handler called %d times, want 3 (no retry of a permanent error)", calls.Load())
+	}
+}
+
+func TestPool_MalformedEntryIsDeadLettered(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	keys := redisx.NewKeys("malformed")
+	rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: keys.Events(), Values: []any{"op", "frobnicate"}})
+	addEvents(t, rdb, keys, 2, 2)
+	var calls atomic.Int64
+	p, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g"}, func(ctx context.Context, e redisx.Event) error {
+		calls.Add(1)
+		return nil
+	})
+	waitFor(t, "all entries done", 5*time.Second, func() bool { s := p.Stats(); return s.DeadLettered == 1 && s.Acked == 2 })
+	stop()
+	if calls.Load() != 2 {
+		t.Fatalf("handler saw %d events, want the 2 valid ones", calls.Load())
+	}
+}
+
+func TestPool_ReclaimsFromDeadConsumerAndDrainsOwnPending(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	keys := redisx.NewKeys("reclaim")
+	ctx := context.Background()
+	rdb.XGroupCreateMkStream(ctx, keys.Events(), "g", "0")
+	addEvents(t, rdb, keys, 30, 30)
+	// "ghost" reads 10 and dies; "me" reads 10 and crashes (restarts below).
+	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "ghost", Streams: []string{keys.Events(), ">"}, Count: 10})
+	mine, _ := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "me", Streams: []string{keys.Events(), ">"}, Count: 10}).Result()
+	var mu sync.Mutex
+	var order []string
+	p, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Consumer: "me", Workers: 1, MinIdle: 200 * time.Millisecond},
+		func(ctx context.Context, e redisx.Event) error {
+			mu.Lock()
+			order = append(order, e.StreamID)
+			mu.Unlock()
+			return nil
+		})
+	waitFor(t, "all 30 events", 10*time.Second, func() bool { return p.Stats().Acked == 30 })
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	// Own pending entries come first, in order.
+	for i, m := range mine[0].Messages {
+		if order[i] != m.ID {
+			t.Fatalf("event %d handled was %s, want own pending %s first", i, order[i], m.ID)
+		}
+	}
+	if st := p.Stats(); st.Reclaimed != 10 {
+		t.Fatalf("reclaimed %d, want the ghost's 10", st.Reclaimed)
+	}
+	if got := pending(t, rdb, keys, "g"); got != 0 {
+		t.Fatalf("%d still pending", got)
+	}
+}
+
+// TestPool_HeldEventsAreNotReclaimed: a slow consumer holds many events
+// longer than MinIdle; its heartbeat keeps them, so a second consumer never
+// reclaims (and double-handles) what the first still holds.
+func TestPool_HeldEventsAreNotReclaimed(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	keys := redisx.NewKeys("held")
+	addEvents(t, rdb, keys, 12, 12)
+	var seen sync.Map
+	var doubles atomic.Int64
+	h := func(ctx context.Context, e redisx.Event) error {
+		if _, dup := seen.LoadOrStore(e.StreamID, true); dup {
+			doubles.Add(1)
+		}
+		time.Sleep(150 * time.Millisecond)
+		return nil
+	}
+	cfg := redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Consumer: "slow", Workers: 1, Prefetch: 12, MinIdle: 300 * time.Millisecond}
+	a, stopA := runPool(t, cfg, h)
+	waitFor(t, "the slow consumer to hold everything", 5*time.Second, func() bool { return a.Stats().Read == 12 })
+	cfg.Consumer = "eager"
+	b, stopB := runPool(t, cfg, h)
+	waitFor(t, "all handled", 10*time.Second, func() bool { return a.Stats().Acked+b.Stats().Acked >= 12 })
+	stopA()
+	stopB()
+	if doubles.Load() != 0 || b.Stats().Reclaimed != 0 {
+		t.Fatalf("%d events handled twice, %d reclaimed from a live consumer; want 0", doubles.Load(), b.Stats().Reclaimed)
+	}
+}
+
+// TestPool_ShutdownFinishesInFlight: when the context ends, the event being
+// handled finishes and is acked; queued ones stay pending for later.
+func TestPool_ShutdownFinishesInFlight(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	keys := redisx.NewKeys("shutdown")
+	addEvents(t, rdb, keys, 5, 1) // one document: one lane, in order
+	started := make(chan struct{})
+	var once sync.Once
+	var finished atomic.Int64
+	p, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g"}, func(ctx context.Context, e redisx.Event) error {
+		once.Do(func() { close(started) })
+		time.Sleep(200 * time.Millisecond)
+		finished.Add(1)
+		return nil
+	})
+	<-started
+	stop()
+	if finished.Load() != 1 || p.Stats().Acked != 1 {
+		t.Fatalf("finished %d, acked %d; want the in-flight event finished and acked", finished.Load(), p.Stats().Acked)
+	}
+	if got := pending(t, rdb, keys, "g"); got != 4 {
+		t.Fatalf("%d pending, want the 4 queued events", got)
+	}
+}
+
+// TestPool_BarrierForFeedEvents: snapshot and index events run alone, after
+// everything before them.
+func TestPool_BarrierForFeedEvents(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	keys := redisx.NewKeys("barrier")
+	addEvents(t, rdb, keys, 50, 50)
+	rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: keys.Events(), Values: redisx.Event{Op: redisx.OpSnapshotEnd, Counts: map[string]int64{}}.Values()})
+	addEvents(t, rdb, keys, 50, 50)
+	var before, after atomic.Int64
+	var atBarrier int64 = -1
+	var afterEarly atomic.Int64
+	p, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Workers: 8}, func(ctx context.Context, e redisx.Event) error {
+		if e.Op == redisx.OpSnapshotEnd {
+			atBarrier = before.Load()
+			return nil
+		}
+		time.Sleep(time.Millisecond)
+		if atBarrier < 0 {
+			before.Add(1)
+			if before.Load() > 50 {
+				afterEarly.Add(1)
+			}
+		} else {
+			after.Add(1)
+		}
+		return nil
+	})
+	waitFor(t, "101 events", 10*time.Second, func() bool { return p.Stats().Acked == 101 })
+	stop()
+	if atBarrier != 50 || after.Load() != 50 || afterEarly.Load() != 0 {
+		t.Fatalf("barrier saw %d events before it (want 50), %d after (want 50), %d later events before it", atBarrier, after.Load(), afterEarly.Load())
+	}
+}
