@@ -1,6 +1,20 @@
-// Package redisx is the Redis plumbing: clients from URLs, key names with hash
-// tags, the lease, the consumer-group worker pool and safe trimming. It
-// imports no feature package.
+// Package redisx is the Redis side of es-changefeed, shared by the relay and
+// the consumers. It imports no feature package.
 //
-// The package is being built: see DESIGN.md section 1 and the open issues.
+//   - Keys names a feed's keys; they all share the hash tag {feed}, so one
+//     MULTI/EXEC over them is legal on Redis Cluster.
+//   - Event is one stream entry; its flat fields (Values, ParseEvent) and its
+//     JSON line (MarshalJSON) are a public contract.
+//   - NewClient builds a client from a redis:// or rediss:// URL.
+//   - Lease is the relay's fencing lease (SET NX PX, renewed at TTL/3).
+//   - Pool is a worker pool in a consumer group: a Handler returns nil to
+//     have an event acknowledged; errors are retried with backoff (each
+//     retry a counted delivery) up to MaxDeliveries, then the event goes to
+//     the dead-letter stream, acknowledged in the same MULTI. Events of one
+//     document (index_uuid, shard, id) are handled by one lane, in order.
+//     Pending events of dead consumers are reclaimed with XAUTOCLAIM after
+//     MinIdle; events a live consumer holds are kept its own.
+//
+// Consumers in other languages need only XREADGROUP and XACK on
+// escf:{feed}:events, and the field list of Event.
 package redisx
