@@ -157,8 +157,8 @@ type Pool struct {
 
 	held  sync.Map // stream id -> struct{}: events read and not yet done
 	slots chan struct{}
-	acks  chan string
-	lanes []chan *job
+	acks  chan []string
+	lanes []chan []*job
 
 	// Events that are not about one document wait until every lane is
 	// idle, and run alone: dispatchMu serializes dispatching (reader and
@@ -215,16 +215,16 @@ func (p *Pool) Run(ctx context.Context, h Handler) error {
 	for i := 0; i < p.cfg.Prefetch; i++ {
 		p.slots <- struct{}{}
 	}
-	p.acks = make(chan string, p.cfg.Prefetch)
+	p.acks = make(chan []string, p.cfg.Prefetch)
 	// Handlers run on a context that outlives ctx by ShutdownTimeout.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
 	var lanes, helpers sync.WaitGroup
-	p.lanes = make([]chan *job, p.cfg.Workers)
+	p.lanes = make([]chan []*job, p.cfg.Workers)
 	for i := range p.lanes {
-		p.lanes[i] = make(chan *job, p.cfg.Prefetch)
+		p.lanes[i] = make(chan []*job, p.cfg.Prefetch)
 		lanes.Add(1)
-		go func(ch chan *job) {
+		go func(ch chan []*job) {
 			defer lanes.Done()
 			p.lane(ctx, hctx, ch)
 		}(p.lanes[i])
@@ -325,15 +325,10 @@ func (p *Pool) readLoop(ctx context.Context) {
 				continue
 			}
 			own = msgs[len(msgs)-1].ID
-			counts := p.deliveryCounts(ctx, msgs)
-			for _, m := range msgs {
-				p.dispatch(ctx, m, counts[m.ID])
-			}
+			p.dispatch(msgs, p.deliveryCounts(ctx, msgs))
 			continue
 		}
-		for _, m := range msgs {
-			p.dispatch(ctx, m, 1)
-		}
+		p.dispatch(msgs, nil)
 	}
 }
 
@@ -423,31 +418,51 @@ func (p *Pool) deliveryCounts(ctx context.Context, msgs []redis.XMessage) map[st
 	return out
 }
 
-// dispatch hands an entry to its lane. Entries that are not about one
-// document wait for every lane to be idle and run alone.
-func (p *Pool) dispatch(ctx context.Context, m redis.XMessage, deliveries int64) {
+// dispatch hands a read's entries to their lanes, one slice per lane (few
+// goroutine wake-ups). deliveries gives each entry's delivery count (nil:
+// fresh reads, count 1). Entries that are not about one document are
+// barriers: everything before them is done first, they run alone, and
+// nothing after them starts before they are done.
+func (p *Pool) dispatch(msgs []redis.XMessage, deliveries map[string]int64) {
 	p.dispatchMu.Lock()
 	defer p.dispatchMu.Unlock()
-	p.read.Add(1)
-	p.held.Store(m.ID, struct{}{})
-	j := &job{msg: m, deliveries: deliveries}
-	p.busy.add()
-	if m.Values == nil {
-		// Trimmed from the stream while pending: nothing to handle.
-		p.gone.Add(1)
-		p.done(j, true)
-		return
+	perLane := make([][]*job, len(p.lanes))
+	flush := func() {
+		for i, js := range perLane {
+			if len(js) > 0 {
+				p.lanes[i] <- js
+				perLane[i] = nil
+			}
+		}
 	}
-	j.ev, j.bad = ParseEvent(m)
-	if j.bad != nil || !j.ev.Op.document() {
-		// A barrier: everything before it is done first, and nothing after
-		// it starts before it is done.
-		p.busy.waitBelow(2)
-		p.lanes[0] <- j
-		p.busy.waitBelow(1)
-		return
+	for _, m := range msgs {
+		p.read.Add(1)
+		p.held.Store(m.ID, struct{}{})
+		p.busy.add()
+		j := &job{msg: m, deliveries: 1}
+		if deliveries != nil {
+			j.deliveries = deliveries[m.ID]
+		}
+		if m.Values == nil {
+			// Trimmed from the stream while pending: nothing to handle.
+			p.gone.Add(1)
+			p.acks <- []string{m.ID}
+			p.busy.done(1)
+			p.giveSlots(1)
+			continue
+		}
+		j.ev, j.bad = ParseEvent(m)
+		if j.bad != nil || !j.ev.Op.document() {
+			flush()
+			p.busy.waitBelow(2)
+			p.lanes[0] <- []*job{j}
+			p.busy.waitBelow(1)
+			continue
+		}
+		l := laneOf(j.ev, len(p.lanes))
+		perLane[l] = append(perLane[l], j)
 	}
-	p.lanes[laneOf(j.ev, len(p.lanes))] <- j
+	flush()
 }
 
 // inflight counts jobs dispatched and not yet done.
@@ -470,9 +485,9 @@ func (f *inflight) add() {
 	f.mu.Unlock()
 }
 
-func (f *inflight) done() {
+func (f *inflight) done(n int) {
 	f.lock()
-	f.n--
+	f.n -= n
 	f.cond.Broadcast()
 	f.mu.Unlock()
 }
@@ -498,42 +513,54 @@ func laneOf(e Event, n int) int {
 }
 
 // lane handles its jobs in order. After Run's context ends it finishes the
-// job it is on and releases the queued ones.
-func (p *Pool) lane(ctx, hctx context.Context, ch chan *job) {
-	for j := range ch {
-		if ctx.Err() != nil {
-			p.release(j) // not started: stays pending for a later start
-			continue
+// job it is on and releases the queued ones. Acks and slots are returned
+// per slice.
+func (p *Pool) lane(ctx, hctx context.Context, ch chan []*job) {
+	for js := range ch {
+		var acked []string
+		for _, j := range js {
+			if ctx.Err() != nil {
+				p.held.Delete(j.msg.ID) // not started: stays pending for a later start
+				continue
+			}
+			if p.handle(ctx, hctx, j) {
+				acked = append(acked, j.msg.ID)
+			}
 		}
-		p.handle(ctx, hctx, j)
+		if len(acked) > 0 {
+			p.acks <- acked
+		}
+		p.busy.done(len(js))
+		p.giveSlots(len(js))
 	}
 }
 
 // handle runs the handler, retrying with backoff (each retry is a new
 // delivery: XCLAIM to ourselves) until it succeeds, fails permanently, or
-// reached MaxDeliveries: then the event is dead-lettered.
-func (p *Pool) handle(ctx, hctx context.Context, j *job) {
+// reached MaxDeliveries: then the event is dead-lettered. It reports whether
+// the event is to be acknowledged; otherwise it is done with (dead-lettered,
+// gone) or released (stays pending).
+func (p *Pool) handle(ctx, hctx context.Context, j *job) bool {
 	if j.bad != nil {
 		p.deadLetter(hctx, j, j.bad)
-		return
+		return false
 	}
 	backoff := p.cfg.RetryBackoff
 	for {
 		err := p.h(hctx, j.ev)
 		if err == nil {
 			p.handled.Add(1)
-			p.done(j, true)
-			return
+			return true
 		}
 		p.failed.Add(1)
 		if IsPermanent(err) || j.deliveries >= p.cfg.MaxDeliveries {
 			p.deadLetter(hctx, j, err)
-			return
+			return false
 		}
 		select {
 		case <-ctx.Done():
-			p.release(j) // retried by the next start or another consumer
-			return
+			p.held.Delete(j.msg.ID) // retried by the next start or another consumer
+			return false
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, p.cfg.MaxRetryBackoff)
@@ -542,11 +569,11 @@ func (p *Pool) handle(ctx, hctx context.Context, j *job) {
 		switch {
 		case cerr != nil:
 			p.log.Warn("cannot count a retry; the event stays pending", "id", j.msg.ID, "error", cerr.Error())
-			p.release(j)
-			return
+			p.held.Delete(j.msg.ID)
+			return false
 		case len(claimed) == 0:
-			p.done(j, false) // acknowledged elsewhere or trimmed meanwhile
-			return
+			p.held.Delete(j.msg.ID) // acknowledged elsewhere or trimmed meanwhile
+			return false
 		}
 		j.deliveries++
 	}
@@ -567,33 +594,13 @@ func (p *Pool) deadLetter(ctx context.Context, j *job, cause error) {
 		pipe.XAck(ctx, p.cfg.Keys.Events(), p.cfg.Group, j.msg.ID)
 		return nil
 	})
+	p.held.Delete(j.msg.ID)
 	if err != nil {
 		p.log.Warn("cannot dead-letter the event; it stays pending", "id", j.msg.ID, "error", err.Error())
-		p.release(j)
 		return
 	}
 	p.dead.Add(1)
 	p.log.Warn("event dead-lettered", "id", j.msg.ID, "deliveries", j.deliveries, "error", cause.Error(), "dead_letters", p.cfg.Keys.Dead())
-	p.done(j, false)
-}
-
-// done ends a job: ack (after success) or not (dead-lettered, gone), free
-// its slot.
-func (p *Pool) done(j *job, ack bool) {
-	if ack {
-		p.acks <- j.msg.ID
-	} else {
-		p.held.Delete(j.msg.ID)
-	}
-	p.busy.done()
-	p.slots <- struct{}{}
-}
-
-// release gives a job up without acknowledging it: it stays pending.
-func (p *Pool) release(j *job) {
-	p.held.Delete(j.msg.ID)
-	p.busy.done()
-	p.slots <- struct{}{}
 }
 
 // acker acknowledges in batches: up to 256 ids, or what arrived within 2ms.
@@ -622,12 +629,12 @@ func (p *Pool) acker() {
 	defer t.Stop()
 	for {
 		select {
-		case id, ok := <-p.acks:
+		case ids, ok := <-p.acks:
 			if !ok {
 				flush()
 				return
 			}
-			batch = append(batch, id)
+			batch = append(batch, ids...)
 			if len(batch) >= 256 {
 				flush()
 			}
@@ -702,10 +709,7 @@ func (p *Pool) reclaimPass(ctx context.Context) {
 		p.giveSlots(n - len(msgs))
 		if len(msgs) > 0 {
 			p.reclaimed.Add(int64(len(msgs)))
-			counts := p.deliveryCounts(ctx, msgs)
-			for _, m := range msgs {
-				p.dispatch(ctx, m, counts[m.ID])
-			}
+			p.dispatch(msgs, p.deliveryCounts(ctx, msgs))
 		}
 		if len(deleted) > 0 {
 			// Entries trimmed while pending (Redis 7 reports them): they

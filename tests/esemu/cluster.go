@@ -543,6 +543,21 @@ func (c *Cluster) copyOps(indexName string, num, cp int, bySeq func(*shardCopy) 
 	return out, nil
 }
 
+// VersionConflicts counts the 409 version conflicts the cluster answered
+// (a sink applying a stale or repeated event through external versions or
+// if_seq_no gets one).
+func (c *Cluster) VersionConflicts() int64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var n int64
+	for _, ix := range c.indices {
+		for _, s := range ix.shards {
+			n += s.conflicts.Load()
+		}
+	}
+	return n
+}
+
 // IndexNames lists the concrete indices, sorted.
 func (c *Cluster) IndexNames() []string {
 	c.mu.RLock()

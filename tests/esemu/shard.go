@@ -173,6 +173,8 @@ type shard struct {
 	versions map[string]*op // the primary's version map: latest started op per id
 	hold     *Hold
 	lost     int64 // ops discarded by failovers (for the control API)
+
+	conflicts atomic.Int64 // 409 version conflicts answered
 }
 
 func newShard(idx *index, num int, nodes []int) *shard {
@@ -315,6 +317,7 @@ func (s *shard) resolve(req *writeReq, now time.Time, gcDeletes time.Duration) *
 		curVersion = cur.version
 	}
 	conflict := func(reason string) *op {
+		s.conflicts.Add(1)
 		req.err = errVersionConflict(idx.name, idx.uuid, s.num, reason)
 		return nil
 	}

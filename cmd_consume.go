@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/urfave/cli/v3"
+
+	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/relay/es"
+	"github.com/es-changefeed/es-changefeed/relay/sink"
+)
+
+func consumeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "consume",
+		Usage: "apply the feed's events to a sink with a worker pool in a Redis consumer group",
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "redis", Value: "redis://localhost:6379/0", Usage: "the feed's Redis URL", Sources: cli.EnvVars("ESCF_REDIS_URL")},
+			&cli.StringFlag{Name: "feed", Value: "default", Usage: "feed name", Sources: cli.EnvVars("ESCF_FEED")},
+			&cli.StringFlag{Name: "group", Usage: "consumer group (required)", Sources: cli.EnvVars("ESCF_GROUP")},
+			&cli.StringFlag{Name: "consumer", Usage: "this consumer's name in the group (default <host>-<pid>)", Sources: cli.EnvVars("ESCF_CONSUMER")},
+			&cli.IntFlag{Name: "workers", Value: redisx.DefaultWorkers, Usage: "lanes: events of one document always go to the same lane", Sources: cli.EnvVars("ESCF_WORKERS")},
+			&cli.StringFlag{Name: "start", Value: "0", Usage: "where a new group starts: 0 (the whole stream) or $ (new events)", Sources: cli.EnvVars("ESCF_START")},
+			&cli.IntFlag{Name: "prefetch", Usage: "most events read and not yet done (default 16 × workers)", Sources: cli.EnvVars("ESCF_PREFETCH")},
+			&cli.DurationFlag{Name: "min-idle", Value: redisx.DefaultMinIdle, Usage: "a dead consumer's pending events are reclaimed after this idle time", Sources: cli.EnvVars("ESCF_MIN_IDLE")},
+			&cli.IntFlag{Name: "max-deliveries", Value: redisx.DefaultMaxDeliveries, Usage: "attempts before an event goes to the dead-letter stream", Sources: cli.EnvVars("ESCF_MAX_DELIVERIES")},
+			&cli.DurationFlag{Name: "shutdown-timeout", Value: redisx.DefaultShutdownTimeout, Usage: "time events in flight get to finish after SIGTERM", Sources: cli.EnvVars("ESCF_SHUTDOWN_TIMEOUT")},
+			&cli.StringFlag{Name: "sink", Value: "stdout", Usage: "stdout, file, http, bulk or redis", Sources: cli.EnvVars("ESCF_SINK")},
+			&cli.StringFlag{Name: "file-path", Usage: "file sink: the file JSON lines are appended to", Sources: cli.EnvVars("ESCF_FILE_PATH")},
+			&cli.Int64Flag{Name: "file-max-bytes", Value: sink.DefaultFileMaxBytes, Usage: "file sink: rotate past this size", Sources: cli.EnvVars("ESCF_FILE_MAX_BYTES")},
+			&cli.IntFlag{Name: "file-keep", Value: sink.DefaultFileKeep, Usage: "file sink: rotated files kept", Sources: cli.EnvVars("ESCF_FILE_KEEP")},
+			&cli.StringFlag{Name: "http-url", Usage: "http sink: the webhook URL", Sources: cli.EnvVars("ESCF_HTTP_URL")},
+			&cli.DurationFlag{Name: "http-timeout", Value: sink.DefaultHTTPTimeout, Usage: "http sink: timeout of one request", Sources: cli.EnvVars("ESCF_HTTP_TIMEOUT")},
+			&cli.StringSliceFlag{Name: "http-header", Usage: `http sink: a header "Name: value" sent with every request (repeatable)`, Sources: cli.EnvVars("ESCF_HTTP_HEADER")},
+			&cli.StringSliceFlag{Name: "bulk-es", Usage: "bulk sink: the target cluster's URL (repeatable)", Sources: cli.EnvVars("ESCF_BULK_ES_URL")},
+			&cli.StringFlag{Name: "bulk-user", Usage: "bulk sink: basic auth user", Sources: cli.EnvVars("ESCF_BULK_USER")},
+			&cli.StringFlag{Name: "bulk-password", Usage: "bulk sink: basic auth password", Sources: cli.EnvVars("ESCF_BULK_PASSWORD")},
+			&cli.StringFlag{Name: "bulk-index", Value: "{index}", Usage: "bulk sink: target index name template ({index}, {index_uuid})", Sources: cli.EnvVars("ESCF_BULK_INDEX")},
+			&cli.StringFlag{Name: "cache-redis", Usage: "redis sink: the cache's Redis URL (default: the feed's)", Sources: cli.EnvVars("ESCF_CACHE_REDIS_URL")},
+			&cli.StringFlag{Name: "cache-key", Value: sink.DefaultRedisKey, Usage: "redis sink: key template ({index}, {index_uuid}, {shard}, {id}, {routing})", Sources: cli.EnvVars("ESCF_CACHE_KEY")},
+			&cli.StringFlag{Name: "cache-mode", Value: "del", Usage: "redis sink: del (invalidate) or set (write the document)", Sources: cli.EnvVars("ESCF_CACHE_MODE")},
+			&cli.DurationFlag{Name: "cache-ttl", Usage: "redis sink: TTL of keys written in set mode (0: none)", Sources: cli.EnvVars("ESCF_CACHE_TTL")},
+		}, logFlags()...),
+		Action: consumeAction,
+	}
+}
+
+func consumeAction(ctx context.Context, cmd *cli.Command) error {
+	log, err := newLogger(cmd, cmd.Root().ErrWriter)
+	if err != nil {
+		return err
+	}
+	feed, group := cmd.String("feed"), cmd.String("group")
+	if group == "" {
+		return usagef("no consumer group: pass --group <name> (or ESCF_GROUP)")
+	}
+	if err := redisx.ValidateFeed(feed); err != nil {
+		return usageError{err}
+	}
+	rdb, err := redisx.NewClient(cmd.String("redis"))
+	if err != nil {
+		return usageError{fmt.Errorf("--redis: %w", err)}
+	}
+	defer rdb.Close()
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		return fmt.Errorf("cannot reach Redis at %s: %w", redisx.Redact(cmd.String("redis")), err)
+	}
+	keys := redisx.NewKeys(feed)
+	s, err := newSink(cmd, rdb, keys, log)
+	if err != nil {
+		return err
+	}
+	consumer := cmd.String("consumer")
+	if consumer == "" {
+		consumer = ownerName()
+	}
+	pool, err := redisx.NewPool(redisx.PoolConfig{Client: rdb, Keys: keys, Group: group, Consumer: consumer,
+		Workers: cmd.Int("workers"), Start: cmd.String("start"), Prefetch: cmd.Int("prefetch"),
+		MinIdle: cmd.Duration("min-idle"), MaxDeliveries: int64(cmd.Int("max-deliveries")),
+		ShutdownTimeout: cmd.Duration("shutdown-timeout"), Logger: log})
+	if err != nil {
+		return usageError{err}
+	}
+	log.Info("consuming", "stream", keys.Events(), "group", group, "consumer", consumer, "sink", cmd.String("sink"))
+	runErr := pool.Run(ctx, s.Handler())
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), cmd.Duration("shutdown-timeout"))
+	defer ccancel()
+	if err := s.Close(cctx); err != nil && runErr == nil {
+		runErr = fmt.Errorf("close the %s sink: %w", cmd.String("sink"), err)
+	}
+	return runErr
+}
+
+// newSink builds the sink named by --sink from its flags.
+func newSink(cmd *cli.Command, rdb redis.UniversalClient, keys redisx.Keys, log *slog.Logger) (sink.Sink, error) {
+	switch name := cmd.String("sink"); name {
+	case "stdout":
+		s, err := sink.NewStdout(sink.StdoutConfig{Writer: cmd.Root().Writer})
+		return s, wrapUsage("stdout", err)
+	case "file":
+		if cmd.String("file-path") == "" {
+			return nil, usagef("--sink file needs --file-path")
+		}
+		s, err := sink.NewFile(sink.FileConfig{Path: cmd.String("file-path"), MaxBytes: cmd.Int64("file-max-bytes"), Keep: cmd.Int("file-keep")})
+		return s, wrapUsage("file", err)
+	case "http":
+		if cmd.String("http-url") == "" {
+			return nil, usagef("--sink http needs --http-url")
+		}
+		headers := map[string]string{}
+		for _, h := range cmd.StringSlice("http-header") {
+			k, v, ok := strings.Cut(h, ":")
+			if !ok || strings.TrimSpace(k) == "" {
+				return nil, usagef("--http-header %q: want \"Name: value\"", h)
+			}
+			headers[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+		s, err := sink.NewHTTP(sink.HTTPConfig{URL: cmd.String("http-url"), Headers: headers, Timeout: cmd.Duration("http-timeout")})
+		return s, wrapUsage("http", err)
+	case "bulk":
+		urls := splitList(cmd.StringSlice("bulk-es"))
+		if len(urls) == 0 {
+			return nil, usagef("--sink bulk needs --bulk-es <target cluster URL>")
+		}
+		client, err := es.New(es.Config{URLs: urls, Username: cmd.String("bulk-user"), Password: cmd.String("bulk-password")})
+		if err != nil {
+			return nil, usagef("--bulk-es: %v", err)
+		}
+		s, err := sink.NewBulk(sink.BulkConfig{ES: client, Redis: rdb, Keys: keys, IndexTemplate: cmd.String("bulk-index"), Logger: log})
+		return s, wrapUsage("bulk", err)
+	case "redis":
+		cfg := sink.RedisConfig{Key: cmd.String("cache-key"), Mode: sink.RedisMode(cmd.String("cache-mode")), TTL: cmd.Duration("cache-ttl")}
+		if u := cmd.String("cache-redis"); u != "" {
+			cfg.URL = u
+		} else {
+			cfg.Client = rdb
+		}
+		s, err := sink.NewRedis(cfg)
+		return s, wrapUsage("redis", err)
+	default:
+		return nil, usagef("--sink %q: want stdout, file, http, bulk or redis", name)
+	}
+}
+
+// wrapUsage marks a sink's configuration error as a usage error.
+func wrapUsage(sinkName string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return usagef("--sink %s: %v", sinkName, err)
+}

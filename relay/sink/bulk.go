@@ -1,0 +1,565 @@
+package sink
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/relay/es"
+)
+
+// Defaults of BulkConfig.
+const (
+	DefaultBulkIndexTemplate = "{index}"
+	DefaultBulkMaxBatch      = 500
+	DefaultBulkMaxWait       = 5 * time.Millisecond
+	DefaultBulkMaxBytes      = 5 << 20
+)
+
+// The layout of the external versions the bulk sink writes (see BulkVersion).
+const (
+	// BulkMaxSeqNo is the highest seq no an external version can carry.
+	BulkMaxSeqNo = 1<<40 - 1
+	// BulkMaxGeneration is the highest index generation an external version
+	// can carry.
+	BulkMaxGeneration = 1<<22 - 1
+	bulkGenShift      = 41
+)
+
+// ErrNoGeneration marks an event whose index uuid has no generation in the
+// feed's generations hash (retried: the relay writes it before any event of
+// the uuid, so it is a lag or the wrong Redis).
+var ErrNoGeneration = errors.New("no generation for the index uuid")
+
+var _ Sink = (*Bulk)(nil)
+
+// BulkConfig configures a Bulk sink.
+type BulkConfig struct {
+	// ES is the target cluster (it may be the source cluster, with an
+	// IndexTemplate that names other indices). Required. The sink does not
+	// close it.
+	ES *es.Client
+	// Redis is the feed's Redis; the sink reads Keys.Generations() from it.
+	// Required. The sink does not close it.
+	Redis redis.UniversalClient
+	// Keys are the feed's key names (redisx.NewKeys(feed)). Required.
+	Keys redisx.Keys
+	// IndexTemplate names the target index of an event. Placeholders:
+	// {index} (the source index name) and {index_uuid} (lowercased: index
+	// names are lowercase; not first: a uuid may start with '-' or '_').
+	// Other text must be valid in an index name. Default "{index}".
+	IndexTemplate string
+	// MaxBatch is the most events one _bulk request carries. Default 500.
+	MaxBatch int
+	// MaxWait is how long the first event of a batch waits for others to
+	// join it. Default 5ms.
+	MaxWait time.Duration
+	// MaxBytes sends a batch as soon as its body reaches this size (so it
+	// exceeds it by at most one event). Default 5 MiB.
+	MaxBytes int
+	// Logger receives request failures. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate names the first bad field.
+func (c BulkConfig) Validate() error {
+	switch {
+	case c.ES == nil:
+		return errors.New("bulk sink config: ES is nil: pass the target cluster's *es.Client")
+	case c.Redis == nil:
+		return errors.New("bulk sink config: Redis is nil: pass the feed's Redis client (generations are read from it)")
+	case c.Keys.Feed() == "":
+		return errors.New("bulk sink config: Keys is empty: pass redisx.NewKeys(feed)")
+	case c.MaxBatch < 0:
+		return fmt.Errorf("bulk sink config: MaxBatch = %d: want >= 0 (0 means %d)", c.MaxBatch, DefaultBulkMaxBatch)
+	case c.MaxWait < 0:
+		return fmt.Errorf("bulk sink config: MaxWait = %s: want >= 0 (0 means %s)", c.MaxWait, DefaultBulkMaxWait)
+	case c.MaxBytes < 0:
+		return fmt.Errorf("bulk sink config: MaxBytes = %d: want >= 0 (0 means %d)", c.MaxBytes, DefaultBulkMaxBytes)
+	}
+	if c.IndexTemplate != "" {
+		if _, err := parseBulkTemplate(c.IndexTemplate); err != nil {
+			return fmt.Errorf("bulk sink config: %w", err)
+		}
+	}
+	return nil
+}
+
+// BulkStats are a Bulk sink's counters since it was created.
+type BulkStats struct {
+	// Requests is the number of _bulk requests sent.
+	Requests int64
+	// Applied counts events the target carried out: written, or a delete
+	// that found nothing to delete.
+	Applied int64
+	// Conflicts counts events the target refused with a version conflict:
+	// it already had this version or a newer one (a redelivery, or an older
+	// event after a newer one). Their handler returns nil.
+	Conflicts int64
+	// Failed counts events whose handler returned an error (retryable or
+	// permanent).
+	Failed int64
+}
+
+// Bulk mirrors change events into an Elasticsearch or OpenSearch cluster
+// with _bulk, each document written with an external version built from its
+// index generation and seq no (BulkVersion), so that a redelivered event, or
+// an older event applied after a newer one, is refused by the target as a
+// version conflict and never overwrites newer data.
+//
+// Event mapping:
+//   - upsert: an index action with the source, the event's routing if any,
+//     version_type external, version BulkVersion(generation, seq_no, false);
+//   - delete: a delete action with the routing, version_type external,
+//     version BulkVersion(generation, seq_no, true);
+//   - index_deleted, snapshot_start, snapshot_end: nothing (the handler
+//     returns nil). The mirror keeps a deleted index's documents: the feed
+//     carries no per-document deletes for them, and a re-created index of
+//     the same name overwrites them document by document (its generation is
+//     higher). Use {index_uuid} in IndexTemplate to keep generations apart,
+//     and drop old target indices yourself.
+//
+// Group commit: the handler is safe for concurrent use (a Pool calls it from
+// several lanes); events that arrive while a batch is forming or a request
+// is in flight are sent together in the next _bulk request (up to MaxBatch
+// events or MaxBytes, waiting at most MaxWait after the batch's first
+// event). One request is in flight at a time. Each handler call blocks until
+// its own item's outcome and returns it:
+//
+//   - nil: written; a 409 version conflict (already applied, or superseded);
+//     a delete answered 404 (nothing to delete);
+//   - a retryable error: a missing generation, a Redis error, an item
+//     answered 429 or 5xx, or a failure of the whole request (connection,
+//     timeout, 429, 5xx, 401/403, an odd answer): every event of the batch
+//     gets it;
+//   - redisx.Permanent: a malformed event (no index, uuid or id, a seq no
+//     out of range, a source that is not JSON), or an item refused with
+//     another 4xx (a mapping error, an invalid index name). A request refused
+//     as a whole with 400 or 413 is sent again one event per request, so
+//     only the events that cause it are refused permanently.
+//
+// Tombstones: a delete leaves a tombstone with its version in the target for
+// index.gc_deletes (60s by default); an older upsert applied after that can
+// bring the document back. Raise index.gc_deletes on the target above the
+// longest redelivery delay (the pool's MinIdle times MaxDeliveries) if the
+// feed can reorder that much.
+//
+// Who closes what: Close stops the sink; the ES and Redis clients stay open.
+type Bulk struct {
+	cfg  BulkConfig
+	tmpl bulkTemplate
+	log  *slog.Logger
+
+	in        chan *bulkPending
+	quit      chan struct{}
+	closeOnce sync.Once
+	done      chan struct{}
+	ctx       context.Context // of requests; canceled when Close gives up
+	cancel    context.CancelFunc
+
+	mu   sync.Mutex
+	gens map[string]int64 // index uuid -> generation
+
+	requests, applied, conflicts, failed atomic.Int64
+}
+
+// bulkPending is one event waiting for its item's outcome.
+type bulkPending struct {
+	lines []byte // action line and, for upserts, source line
+	del   bool
+	done  chan error
+}
+
+// NewBulk returns a running sink. Close it to stop its batching goroutine.
+func NewBulk(cfg BulkConfig) (*Bulk, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.IndexTemplate == "" {
+		cfg.IndexTemplate = DefaultBulkIndexTemplate
+	}
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = DefaultBulkMaxBatch
+	}
+	if cfg.MaxWait == 0 {
+		cfg.MaxWait = DefaultBulkMaxWait
+	}
+	if cfg.MaxBytes == 0 {
+		cfg.MaxBytes = DefaultBulkMaxBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	tmpl, err := parseBulkTemplate(cfg.IndexTemplate)
+	if err != nil {
+		return nil, fmt.Errorf("bulk sink config: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &Bulk{
+		cfg: cfg, tmpl: tmpl, log: cfg.Logger.With("sink", "bulk", "target", cfg.ES.URLs()),
+		in: make(chan *bulkPending), quit: make(chan struct{}), done: make(chan struct{}),
+		ctx: ctx, cancel: cancel, gens: map[string]int64{},
+	}
+	go b.run()
+	return b, nil
+}
+
+// Handler returns the sink's handler (see Bulk for its outcomes). It may be
+// called concurrently.
+func (b *Bulk) Handler() redisx.Handler { return b.handle }
+
+// Stats returns the counters.
+func (b *Bulk) Stats() BulkStats {
+	return BulkStats{Requests: b.requests.Load(), Applied: b.applied.Load(), Conflicts: b.conflicts.Load(), Failed: b.failed.Load()}
+}
+
+// Close stops taking events (handlers then return ErrClosed), sends the
+// batch being formed and waits for the request in flight. When ctx ends
+// first, it cancels that request (its events get retryable errors) and
+// returns ctx's error. Close is idempotent.
+func (b *Bulk) Close(ctx context.Context) error {
+	b.closeOnce.Do(func() { close(b.quit) })
+	select {
+	case <-b.done:
+		return nil
+	case <-ctx.Done():
+		b.cancel()
+		<-b.done
+		return ctx.Err()
+	}
+}
+
+// BulkVersion is the external version of a document event:
+//
+//	generation<<41 | seq_no<<1 | deleted
+//
+// Within one index (one generation) a document's operations have rising seq
+// nos, so newer events get higher versions and the target's version_type
+// external check (current >= given: conflict) refuses redelivered and
+// reordered older ones. A delete's seq no is the shard checkpoint at the
+// scan that found it, at least the seq no of the document's last upsert; the
+// low bit orders the delete after an upsert with the same seq no. A
+// re-created index starts again at seq no 0 with the next generation, so its
+// documents order after everything of the old index, old deletes included.
+//
+// The layout keeps the version positive (ES's versions are signed 64-bit):
+// bits 1-40 hold the seq no (up to BulkMaxSeqNo, about 1.1e12 operations on
+// one shard), bits 41-62 the generation (up to BulkMaxGeneration). Values out
+// of range cannot be ordered and are an error.
+func BulkVersion(generation, seqNo int64, deleted bool) (int64, error) {
+	if seqNo < 0 || seqNo > BulkMaxSeqNo {
+		return 0, fmt.Errorf("seq_no %d is outside 0..%d: the external version (generation<<41 | seq_no<<1 | delete) keeps 40 bits for it, "+
+			"more would spill into the generation bits and misorder documents", seqNo, int64(BulkMaxSeqNo))
+	}
+	if generation < 1 || generation > BulkMaxGeneration {
+		return 0, fmt.Errorf("generation %d is outside 1..%d: the external version keeps 22 bits for it", generation, int64(BulkMaxGeneration))
+	}
+	v := generation<<bulkGenShift | seqNo<<1
+	if deleted {
+		v |= 1
+	}
+	return v, nil
+}
+
+func (b *Bulk) handle(ctx context.Context, e redisx.Event) error {
+	switch e.Op {
+	case redisx.OpUpsert, redisx.OpDelete:
+	case redisx.OpIndexDeleted, redisx.OpSnapshotStart, redisx.OpSnapshotEnd:
+		return nil
+	default:
+		b.failed.Add(1)
+		return redisx.Permanent(fmt.Errorf("bulk sink: event %s: unknown op %q", e.StreamID, e.Op))
+	}
+	err := b.apply(ctx, e)
+	if err != nil {
+		b.failed.Add(1)
+	}
+	return err
+}
+
+func (b *Bulk) apply(ctx context.Context, e redisx.Event) error {
+	wrap := func(err error) error {
+		return fmt.Errorf("mirror %s of %s/%s (event %s): %w", e.Op, e.Index, e.ID, e.StreamID, err)
+	}
+	p, err := b.prepare(ctx, e)
+	if err != nil {
+		return wrap(err)
+	}
+	select {
+	case b.in <- p:
+	case <-b.quit:
+		return wrap(ErrClosed)
+	case <-ctx.Done():
+		return wrap(ctx.Err())
+	}
+	select {
+	case err := <-p.done:
+		if err != nil {
+			return wrap(err)
+		}
+		return nil
+	case <-ctx.Done():
+		return wrap(fmt.Errorf("waiting for the bulk answer: %w", ctx.Err()))
+	}
+}
+
+// bulkMeta is an action line's metadata.
+type bulkMeta struct {
+	Index       string `json:"_index"`
+	ID          string `json:"_id"`
+	Routing     string `json:"routing,omitempty"`
+	Version     int64  `json:"version"`
+	VersionType string `json:"version_type"`
+}
+
+// prepare checks the event, finds its generation and encodes its lines.
+func (b *Bulk) prepare(ctx context.Context, e redisx.Event) (*bulkPending, error) {
+	if e.Index == "" || e.IndexUUID == "" || e.ID == "" {
+		return nil, redisx.Permanent(fmt.Errorf("event without index, index_uuid or id (index %q, index_uuid %q, id %q)", e.Index, e.IndexUUID, e.ID))
+	}
+	if e.SeqNo < 0 || e.SeqNo > BulkMaxSeqNo {
+		_, err := BulkVersion(1, e.SeqNo, false)
+		return nil, redisx.Permanent(err)
+	}
+	var src bytes.Buffer
+	if e.Op == redisx.OpUpsert {
+		// NDJSON: the source must be on one line; a stored _source may
+		// be pretty-printed.
+		if err := json.Compact(&src, e.Source); err != nil {
+			return nil, redisx.Permanent(fmt.Errorf("source is not JSON: %v", err))
+		}
+	}
+	gen, err := b.generation(ctx, e.IndexUUID)
+	if err != nil {
+		return nil, err
+	}
+	version, err := BulkVersion(gen, e.SeqNo, e.Op == redisx.OpDelete)
+	if err != nil {
+		return nil, redisx.Permanent(err)
+	}
+	meta := bulkMeta{Index: b.tmpl.expand(e), ID: e.ID, Routing: e.Routing, Version: version, VersionType: "external"}
+	action := "index"
+	if e.Op == redisx.OpDelete {
+		action = "delete"
+	}
+	line, err := json.Marshal(map[string]bulkMeta{action: meta})
+	if err != nil {
+		return nil, redisx.Permanent(err)
+	}
+	lines := make([]byte, 0, len(line)+src.Len()+2)
+	lines = append(append(lines, line...), '\n')
+	if e.Op == redisx.OpUpsert {
+		lines = append(append(lines, src.Bytes()...), '\n')
+	}
+	return &bulkPending{lines: lines, del: e.Op == redisx.OpDelete, done: make(chan error, 1)}, nil
+}
+
+// generation returns the generation of an index uuid, from the cache or
+// Keys.Generations(). A uuid's generation never changes.
+func (b *Bulk) generation(ctx context.Context, uuid string) (int64, error) {
+	b.mu.Lock()
+	g, ok := b.gens[uuid]
+	b.mu.Unlock()
+	if ok {
+		return g, nil
+	}
+	key := b.cfg.Keys.Generations()
+	s, err := b.cfg.Redis.HGet(ctx, key, uuid).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("%w: %s has no field %s (the relay writes it before the index's first event; is this the feed's Redis?)", ErrNoGeneration, key, uuid)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the generation of index uuid %s from %s: %w", uuid, key, err)
+	}
+	g, err = strconv.ParseInt(s, 10, 64)
+	if err != nil || g < 1 {
+		return 0, fmt.Errorf("%w: %s field %s = %q is not a generation (want an integer >= 1)", ErrNoGeneration, key, uuid, s)
+	}
+	if g > BulkMaxGeneration {
+		return 0, redisx.Permanent(fmt.Errorf("%s field %s = %d: above %d, the highest generation an external version can carry", key, uuid, g, int64(BulkMaxGeneration)))
+	}
+	b.mu.Lock()
+	b.gens[uuid] = g
+	b.mu.Unlock()
+	return g, nil
+}
+
+// run forms batches and sends them, one request at a time, until Close.
+func (b *Bulk) run() {
+	defer close(b.done)
+	defer b.cancel()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		var first *bulkPending
+		select {
+		case first = <-b.in:
+		case <-b.quit:
+			return
+		}
+		batch := []*bulkPending{first}
+		size := len(first.lines)
+		timer.Reset(b.cfg.MaxWait)
+	collect:
+		for len(batch) < b.cfg.MaxBatch && size < b.cfg.MaxBytes {
+			select {
+			case p := <-b.in:
+				batch = append(batch, p)
+				size += len(p.lines)
+			case <-timer.C:
+				break collect
+			case <-b.quit:
+				break collect
+			}
+		}
+		timer.Stop()
+		b.flush(batch)
+	}
+}
+
+// flush sends one batch and hands each event its outcome.
+func (b *Bulk) flush(batch []*bulkPending) {
+	body := make([]byte, 0, len(batch)*256)
+	for _, p := range batch {
+		body = append(body, p.lines...)
+	}
+	b.requests.Add(1)
+	res, err := b.cfg.ES.Bulk(b.ctx, body)
+	if err != nil {
+		var ee *es.Error
+		refused := !errors.As(err, &ee) || ee.Status == http.StatusBadRequest || ee.Status == http.StatusRequestEntityTooLarge
+		switch {
+		case refused && len(batch) > 1:
+			b.log.Warn("bulk request refused as a whole: sending its events one by one to find the ones at fault", "events", len(batch), "err", err)
+			for _, p := range batch {
+				b.flush([]*bulkPending{p})
+			}
+		case refused:
+			batch[0].done <- redisx.Permanent(err)
+		default:
+			b.log.Warn("bulk request failed: its events will be retried", "events", len(batch), "err", err)
+			for _, p := range batch {
+				p.done <- err
+			}
+		}
+		return
+	}
+	for i, it := range res.Items {
+		batch[i].done <- b.outcome(batch[i], it)
+	}
+}
+
+// outcome maps one item to the handler's result.
+func (b *Bulk) outcome(p *bulkPending, it es.BulkItem) error {
+	switch {
+	case it.Status/100 == 2 && it.ErrorType == "":
+		b.applied.Add(1)
+		return nil
+	case it.Status == http.StatusConflict && it.ErrorType == "version_conflict_engine_exception":
+		b.conflicts.Add(1)
+		return nil
+	case p.del && it.Status == http.StatusNotFound && (it.Result == "not_found" || it.ErrorType == "index_not_found_exception"):
+		// Nothing to delete (with auto-creation disabled, not even the
+		// index): the document is gone either way.
+		b.applied.Add(1)
+		return nil
+	}
+	err := it.Err()
+	if err == nil { // a 404 not_found answering an index action, or a 1xx/3xx
+		err = &es.Error{Op: fmt.Sprintf("bulk %s %s/%s", it.Action, it.Index, it.ID), Status: it.Status, Reason: "unexpected result " + strconv.Quote(it.Result)}
+	}
+	if it.Status == http.StatusTooManyRequests || it.Status >= 500 || it.Status < 400 || it.Status == http.StatusConflict {
+		return err
+	}
+	return redisx.Permanent(err)
+}
+
+// bulkTemplate is a parsed IndexTemplate: literal text and placeholders.
+type bulkTemplate []bulkTemplatePart
+
+type bulkTemplatePart struct {
+	literal     string
+	placeholder string // "index" or "index_uuid" when literal is ""
+}
+
+// parseBulkTemplate parses an index template, naming every unknown
+// placeholder in its error.
+func parseBulkTemplate(s string) (bulkTemplate, error) {
+	var t bulkTemplate
+	var unknown []string
+	rest := s
+	for rest != "" {
+		open := strings.IndexByte(rest, '{')
+		if cl := strings.IndexByte(rest, '}'); cl >= 0 && (open < 0 || cl < open) {
+			return nil, fmt.Errorf("IndexTemplate %q: '}' without '{'", s)
+		}
+		if open < 0 {
+			t = append(t, bulkTemplatePart{literal: rest})
+			break
+		}
+		if open > 0 {
+			t = append(t, bulkTemplatePart{literal: rest[:open]})
+		}
+		cl := strings.IndexByte(rest[open:], '}')
+		if cl < 0 {
+			return nil, fmt.Errorf("IndexTemplate %q: '{' without '}'", s)
+		}
+		name := rest[open+1 : open+cl]
+		switch name {
+		case "index", "index_uuid":
+			t = append(t, bulkTemplatePart{placeholder: name})
+		default:
+			unknown = append(unknown, "{"+name+"}")
+		}
+		rest = rest[open+cl+1:]
+	}
+	if len(unknown) > 0 {
+		return nil, fmt.Errorf("IndexTemplate %q: unknown placeholder %s: use {index} or {index_uuid}", s, strings.Join(unknown, ", "))
+	}
+	for _, p := range t {
+		if i := strings.IndexAny(p.literal, "ABCDEFGHIJKLMNOPQRSTUVWXYZ \\/*?\"<>|,#:"); i >= 0 {
+			return nil, fmt.Errorf("IndexTemplate %q: %q cannot be part of an index name (lowercase letters, digits, '-', '_', '.', '+')", s, p.literal[i])
+		}
+	}
+	if len(t) == 0 {
+		return nil, fmt.Errorf("IndexTemplate is empty")
+	}
+	if t[0].placeholder == "index_uuid" {
+		return nil, fmt.Errorf("IndexTemplate %q: starts with {index_uuid}, which may begin with '-' or '_' (not allowed at the start of an index name): put it after the name, as in \"{index}-{index_uuid}\"", s)
+	}
+	if first := t[0].literal; first != "" && strings.ContainsAny(first[:1], "-_+") {
+		return nil, fmt.Errorf("IndexTemplate %q: an index name cannot start with %q", s, first[:1])
+	}
+	return t, nil
+}
+
+func (t bulkTemplate) expand(e redisx.Event) string {
+	if len(t) == 1 && t[0].placeholder == "index" {
+		return e.Index
+	}
+	var b strings.Builder
+	for _, p := range t {
+		switch p.placeholder {
+		case "index":
+			b.WriteString(e.Index)
+		case "index_uuid":
+			// Index names are lowercase; uuids are base64 (mixed case).
+			b.WriteString(strings.ToLower(e.IndexUUID))
+		default:
+			b.WriteString(p.literal)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,212 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/es-changefeed/es-changefeed/idempotency"
+	"github.com/es-changefeed/es-changefeed/redisx"
+)
+
+// RedisMode is what the Redis sink does with an upsert.
+type RedisMode string
+
+// The Redis sink's modes.
+const (
+	// RedisDel deletes the document's key on upserts and deletes (cache
+	// invalidation: the application reloads it).
+	RedisDel RedisMode = "del"
+	// RedisSet sets the document's key to its source JSON on upserts and
+	// deletes it on deletes (a cache kept current).
+	RedisSet RedisMode = "set"
+)
+
+// Defaults of RedisConfig.
+const (
+	DefaultRedisKey  = "cache:{index}:{id}"
+	DefaultRedisName = "cache"
+)
+
+// RedisConfig configures a Redis sink.
+type RedisConfig struct {
+	// Client is the Redis the cache lives in (it may differ from the
+	// feed's). The sink never closes it. Set Client or URL, not both.
+	Client redis.UniversalClient
+	// URL is the cache's Redis (redis:// or rediss://), when Client is nil;
+	// the sink opens the client and Close closes it.
+	URL string
+	// Key is the key template of a document (see KeyTemplate). Default
+	// "cache:{index}:{id}" (DefaultRedisKey).
+	Key string
+	// Mode is RedisDel or RedisSet. Default RedisDel.
+	Mode RedisMode
+	// TTL is the expiry of keys written in RedisSet mode. Default 0: none.
+	TTL time.Duration
+	// Name names the sink's fence: two sinks writing the same documents to
+	// different keys need different names. Default "cache"
+	// (DefaultRedisName).
+	Name string
+	// FenceKey is the fence hash, in the cache's Redis. Default
+	// "escf:{cache}:fence:<Name>".
+	//
+	// Redis Cluster: the fence and every document key are written by one
+	// script, so they must hash to one slot: the key template needs the
+	// fence's hash tag in its literal prefix, e.g.
+	// "cache:{{cache}}:{index}:{id}" with the default FenceKey. That puts
+	// the whole cache on one node. With a *redis.ClusterClient, Validate
+	// refuses templates without that tag.
+	FenceKey string
+}
+
+// Validate names the first bad field.
+func (c RedisConfig) Validate() error {
+	_, _, err := c.resolve()
+	return err
+}
+
+// resolve validates the config and returns it with defaults filled in and
+// its key template.
+func (c RedisConfig) resolve() (RedisConfig, KeyTemplate, error) {
+	switch {
+	case c.Client == nil && c.URL == "":
+		return c, KeyTemplate{}, errors.New("redis sink config: set Client or URL")
+	case c.Client != nil && c.URL != "":
+		return c, KeyTemplate{}, errors.New("redis sink config: set Client or URL, not both")
+	}
+	if c.Key == "" {
+		c.Key = DefaultRedisKey
+	}
+	tpl, err := ParseKeyTemplate(c.Key)
+	if err != nil {
+		return c, tpl, fmt.Errorf("redis sink config: Key: %w", err)
+	}
+	switch c.Mode {
+	case "":
+		c.Mode = RedisDel
+	case RedisDel, RedisSet:
+	default:
+		return c, tpl, fmt.Errorf("redis sink config: Mode %q: want %q or %q", c.Mode, RedisDel, RedisSet)
+	}
+	if c.TTL < 0 {
+		return c, tpl, fmt.Errorf("redis sink config: TTL = %s: want 0 (no expiry) or more", c.TTL)
+	}
+	if c.TTL > 0 && c.Mode != RedisSet {
+		return c, tpl, fmt.Errorf("redis sink config: TTL = %s is only used in mode %q, Mode is %q", c.TTL, RedisSet, c.Mode)
+	}
+	if c.Name == "" {
+		c.Name = DefaultRedisName
+	}
+	if strings.ContainsAny(c.Name, "{} \t\r\n") {
+		return c, tpl, fmt.Errorf("redis sink config: Name %q: braces and whitespace are not allowed", c.Name)
+	}
+	if c.FenceKey == "" {
+		c.FenceKey = "escf:{cache}:fence:" + c.Name
+	}
+	if _, ok := c.Client.(*redis.ClusterClient); ok {
+		fenceTag, fixed := keyHashTag(c.FenceKey)
+		if !fixed {
+			return c, tpl, fmt.Errorf("redis sink config: FenceKey %q has no hash tag: in Redis Cluster it must share one with Key", c.FenceKey)
+		}
+		if tag, fixed := tpl.hashTag(); !fixed || tag != fenceTag {
+			return c, tpl, fmt.Errorf("redis sink config: Key %q: in Redis Cluster every key must carry the fence's hash tag {%s} before any placeholder, e.g. \"cache:{{%s}}:{index}:{id}\"",
+				c.Key, fenceTag, fenceTag)
+		}
+	}
+	return c, tpl, nil
+}
+
+// Redis keeps a cache in Redis in step with the feed: per document one key
+// (from the Key template), deleted (RedisDel) or set to the source JSON
+// (RedisSet) on upserts, deleted on deletes. Each write goes through
+// idempotency.Fence.ApplyRedis on the sink's fence hash, so the key and
+// the fence change in one script: a redelivered or older event (another
+// consumer, a reclaim) never overwrites a newer one, and a delete is never
+// undone by the upsert it follows. Other ops (index_deleted, snapshot_*)
+// are acknowledged without a write: the relay's per-document deletes are
+// what clear a dropped index's keys.
+type Redis struct {
+	cfg       RedisConfig
+	tpl       KeyTemplate
+	client    redis.UniversalClient
+	owned     bool // client built from URL: Close closes it
+	fence     *idempotency.Fence
+	gate      handlerGate
+	closeOnce sync.Once
+}
+
+// NewRedis returns a Redis sink. It does not touch Redis.
+func NewRedis(cfg RedisConfig) (*Redis, error) {
+	cfg, tpl, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	s := &Redis{cfg: cfg, tpl: tpl, client: cfg.Client}
+	if s.client == nil {
+		if s.client, err = redisx.NewClient(cfg.URL); err != nil {
+			return nil, fmt.Errorf("redis sink config: URL: %w", err)
+		}
+		s.owned = true
+	}
+	if s.fence, err = idempotency.New(idempotency.Config{Client: s.client, Key: cfg.FenceKey}); err != nil {
+		if s.owned {
+			s.client.Close()
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+// Fence is the sink's fence.
+func (s *Redis) Fence() *idempotency.Fence { return s.fence }
+
+// Handler applies the event to its document's key. An event the fence
+// refuses is done (nil). Redis errors are retryable; an event with a
+// negative seq_no is permanent.
+func (s *Redis) Handler() redisx.Handler {
+	return func(ctx context.Context, e redisx.Event) error {
+		if !s.gate.enter() {
+			return ErrClosed
+		}
+		defer s.gate.leave()
+		var effect idempotency.Effect
+		key := ""
+		switch e.Op {
+		case redisx.OpUpsert:
+			key = s.tpl.Key(e)
+			if s.cfg.Mode == RedisSet {
+				effect = idempotency.Set{Key: key, Value: e.Source, TTL: s.cfg.TTL}
+			} else {
+				effect = idempotency.Del{Keys: []string{key}}
+			}
+		case redisx.OpDelete:
+			key = s.tpl.Key(e)
+			effect = idempotency.Del{Keys: []string{key}}
+		default:
+			return nil
+		}
+		if _, err := s.fence.ApplyRedis(ctx, e, effect); err != nil {
+			return fmt.Errorf("redis sink: %s %s: %w", e.Op, key, err)
+		}
+		return nil
+	}
+}
+
+// Close waits for handlers in flight, then closes the client if the sink
+// opened it (from URL). Later handler calls return ErrClosed.
+func (s *Redis) Close(ctx context.Context) error {
+	err := s.gate.close(ctx)
+	if s.owned {
+		s.closeOnce.Do(func() {
+			if cerr := s.client.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("redis sink: close client: %w", cerr)
+			}
+		})
+	}
+	return err
+}
