@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -253,4 +254,40 @@ done
 		t.Fatalf("%d entries left pending by the shell consumer", p.Count)
 	}
 	t.Logf("the redis-cli consumer read and acked %d entries, identical to the Go decoder", len(got))
+}
+
+// TestConsume_StdoutAndSIGTERM: consume --sink stdout prints the seed's JSON
+// lines; SIGTERM stops it with exit 0 and nothing left pending.
+func TestConsume_StdoutAndSIGTERM(t *testing.T) {
+	c := cluster(t, esemu.Config{})
+	createIndex(t, c, "printed", 1, 0)
+	srv := redistest.Start(t)
+	f := startRelay(t, c, srv.URL(), "printed", []string{"printed"}, nil)
+	mustDo(t, "PUT", c.URL()+"/printed/_doc/1", `{"title":"first"}`)
+	mustDo(t, "PUT", c.URL()+"/printed/_doc/1", `{"title":"edited"}`)
+	waitCaughtUp(t, c, f.store, []string{"printed"}, 10*time.Second)
+	p := startBinary(t, "consume", "--redis", srv.URL(), "--feed", "printed", "--group", "print", "--sink", "stdout", "--log-level", "error")
+	uuid := indexUUID(t, c, "printed")
+	want := fmt.Sprintf(`{"op":"upsert","index":"printed","index_uuid":"%s","shard":0,"id":"1","seq_no":1,"primary_term":1,"version":2,"source":{"title":"edited"}}`, uuid)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(p.out.String(), want) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(p.out.String(), want) {
+		t.Fatalf("stdout:\n%s\nwant the line:\n%s", p.out, want)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.out)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("consume did not exit within 10s of SIGTERM")
+	}
+	if pend, _ := f.rdb.XPending(context.Background(), f.keys.Events(), "print").Result(); pend.Count != 0 {
+		t.Fatalf("%d events pending after a graceful stop", pend.Count)
+	}
 }
