@@ -45,6 +45,7 @@ func consumeCommand() *cli.Command {
 			&cli.StringFlag{Name: "cache-key", Value: sink.DefaultRedisKey, Usage: "redis sink: key template ({index}, {index_uuid}, {shard}, {id}, {routing})", Sources: cli.EnvVars("ESCF_CACHE_KEY")},
 			&cli.StringFlag{Name: "cache-mode", Value: "del", Usage: "redis sink: del (invalidate) or set (write the document)", Sources: cli.EnvVars("ESCF_CACHE_MODE")},
 			&cli.DurationFlag{Name: "cache-ttl", Usage: "redis sink: TTL of keys written in set mode (0: none)", Sources: cli.EnvVars("ESCF_CACHE_TTL")},
+			metricsFlag(),
 		}, logFlags()...),
 		Action: consumeAction,
 	}
@@ -81,12 +82,17 @@ func consumeAction(ctx context.Context, cmd *cli.Command) error {
 	if consumer == "" {
 		consumer = ownerName()
 	}
+	reg := newRegistry(rdb, keys)
 	pool, err := redisx.NewPool(redisx.PoolConfig{Client: rdb, Keys: keys, Group: group, Consumer: consumer,
 		Workers: cmd.Int("workers"), Start: cmd.String("start"), Prefetch: cmd.Int("prefetch"),
 		MinIdle: cmd.Duration("min-idle"), MaxDeliveries: int64(cmd.Int("max-deliveries")),
-		ShutdownTimeout: cmd.Duration("shutdown-timeout"), Logger: log})
+		ShutdownTimeout: cmd.Duration("shutdown-timeout"), Logger: log, Metrics: reg})
 	if err != nil {
 		return usageError{err}
+	}
+	alive := func() (bool, string) { return true, "consuming as " + consumer }
+	if err := serveOps(ctx, cmd.String("metrics-addr"), reg, rdb, keys, nil, alive, alive, log); err != nil {
+		return err
 	}
 	log.Info("consuming", "stream", keys.Events(), "group", group, "consumer", consumer, "sink", cmd.String("sink"))
 	runErr := pool.Run(ctx, s.Handler())

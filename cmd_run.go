@@ -55,6 +55,12 @@ func relayFlags() []cli.Flag {
 		&cli.FloatFlag{Name: "max-delete-fraction", Value: deletes.DefaultMaxDeleteFraction, Usage: "a scan deleting more than this share of a shard's documents is confirmed by a second scan first", Sources: cli.EnvVars("ESCF_MAX_DELETE_FRACTION")},
 		&cli.StringFlag{Name: "delete-listing", Value: "auto", Usage: "how scans list live ids: auto, pit or scroll", Sources: cli.EnvVars("ESCF_DELETE_LISTING")},
 		&cli.BoolFlag{Name: "index-deleted-event", Usage: "end a deleted index with one index_deleted event instead of a delete per document", Sources: cli.EnvVars("ESCF_INDEX_DELETED_EVENT")},
+		&cli.BoolFlag{Name: "trim", Usage: "trim the stream below the oldest entry some consumer group has not acknowledged", Sources: cli.EnvVars("ESCF_TRIM")},
+		&cli.DurationFlag{Name: "trim-interval", Value: 10 * time.Second, Usage: "how often --trim trims", Sources: cli.EnvVars("ESCF_TRIM_INTERVAL")},
+		&cli.Int64Flag{Name: "max-stream-len", Value: 1_000_000, Usage: "with --trim and no consumer group: keep at most this many entries (with a warning)", Sources: cli.EnvVars("ESCF_MAX_STREAM_LEN")},
+		&cli.DurationFlag{Name: "min-retention", Usage: "with --trim: keep entries at least this long, acknowledged or not", Sources: cli.EnvVars("ESCF_MIN_RETENTION")},
+		&cli.Int64Flag{Name: "max-backlog", Usage: "pause reading the cluster while a consumer group lags by more than this many entries (0: never)", Sources: cli.EnvVars("ESCF_MAX_BACKLOG")},
+		metricsFlag(),
 	}
 }
 
@@ -72,6 +78,13 @@ type runConfig struct {
 	from       string
 	leaseTTL   time.Duration
 
+	trim         bool
+	trimInterval time.Duration
+	maxStreamLen int64
+	minRetention time.Duration
+	maxBacklog   int64
+	metricsAddr  string
+
 	deletes           bool
 	scanInterval      time.Duration
 	maxDeleteFraction float64
@@ -88,6 +101,11 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 		leaseTTL: cmd.Duration("lease-ttl"), deletes: cmd.Bool("deletes"), scanInterval: cmd.Duration("delete-scan-interval"),
 		maxDeleteFraction: cmd.Float("max-delete-fraction"), listing: cmd.String("delete-listing"),
 		indexDeletedEvent: cmd.Bool("index-deleted-event"),
+		trim:              cmd.Bool("trim"), trimInterval: cmd.Duration("trim-interval"), maxStreamLen: cmd.Int64("max-stream-len"),
+		minRetention: cmd.Duration("min-retention"), maxBacklog: cmd.Int64("max-backlog"), metricsAddr: cmd.String("metrics-addr"),
+	}
+	if c.maxBacklog < 0 || c.maxStreamLen < 1 || c.trimInterval <= 0 || c.minRetention < 0 {
+		return c, usagef("--max-backlog, --max-stream-len, --trim-interval and --min-retention must be positive (--max-backlog 0: never pause)")
 	}
 	if c.maxDeleteFraction <= 0 || c.maxDeleteFraction > 1 {
 		return c, usagef("--max-delete-fraction %g: want a share in (0, 1], e.g. 0.5", c.maxDeleteFraction)
@@ -163,7 +181,8 @@ func runRelay(ctx context.Context, cfg runConfig, log *slog.Logger, resync bool,
 	if err != nil {
 		return err
 	}
-	store, err := checkpoint.New(checkpoint.Config{Client: rdb, Keys: keys, Lease: lease})
+	reg := newRegistry(rdb, keys)
+	store, err := checkpoint.New(checkpoint.Config{Client: rdb, Keys: keys, Lease: lease, Metrics: reg})
 	if err != nil {
 		return err
 	}
@@ -178,16 +197,36 @@ func runRelay(ctx context.Context, cfg runConfig, log *slog.Logger, resync bool,
 	var scanner *deletes.Scanner
 	if cfg.deletes {
 		scanner, err = deletes.New(deletes.Config{ES: client, Client: rdb, Keys: keys, Store: store,
-			Interval: cfg.scanInterval, MaxDeleteFraction: cfg.maxDeleteFraction, Listing: cfg.listing, Logger: log})
+			Interval: cfg.scanInterval, MaxDeleteFraction: cfg.maxDeleteFraction, Listing: cfg.listing, Logger: log, Metrics: reg})
 		if err != nil {
 			return usageError{err}
 		}
 	}
 	r, err := relay.New(relay.Config{ES: client, Store: store, Lease: lease, Targets: cfg.targets, Hidden: cfg.hidden,
 		PollInterval: cfg.poll, BatchSize: cfg.batch, From: cfg.from, Deletes: scanner,
-		IndexDeletedEvent: cfg.indexDeletedEvent, Snapshot: resync, SnapshotProgress: progress, Logger: log})
+		IndexDeletedEvent: cfg.indexDeletedEvent, Snapshot: resync, SnapshotProgress: progress, Logger: log, Metrics: reg,
+		Trim: cfg.trim, TrimInterval: cfg.trimInterval, MaxStreamLen: cfg.maxStreamLen, MinRetention: cfg.minRetention,
+		MaxBacklog: cfg.maxBacklog})
 	if err != nil {
 		return usageError{err}
+	}
+	role := func() (bool, string) {
+		if r.Leading() {
+			return true, "leading"
+		}
+		return true, "standby"
+	}
+	ready := func() (bool, string) {
+		switch {
+		case !r.Leading():
+			return false, "standby: another relay leads"
+		case r.Paused():
+			return false, "leading, paused by backpressure"
+		}
+		return true, "leading"
+	}
+	if err := serveOps(ctx, cfg.metricsAddr, reg, rdb, keys, client, role, ready, log); err != nil {
+		return err
 	}
 	log.Info("relay starting", "feed", cfg.feed, "stream", keys.Events(), "targets", cfg.targets, "resync", resync)
 	return r.Run(ctx)

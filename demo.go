@@ -35,6 +35,7 @@ func demoCommand() *cli.Command {
 		Flags: append([]cli.Flag{
 			&cli.DurationFlag{Name: "duration", Value: 10 * time.Second, Usage: "how long the writer writes", Validator: positiveDuration("duration")},
 			&cli.StringFlag{Name: "flavor", Value: string(esemu.FlavorES9), Usage: "emulated product: es-7, es-8, es-9, opensearch-2, opensearch-3"},
+			metricsFlag(),
 		}, logFlags()...),
 		Action: demoAction,
 	}
@@ -49,13 +50,13 @@ func demoAction(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return usageError{err}
 	}
-	return runDemo(ctx, flavor, cmd.Duration("duration"), cmd.Root().Writer, cmd.Root().ErrWriter, log)
+	return runDemo(ctx, flavor, cmd.Duration("duration"), cmd.String("metrics-addr"), cmd.Root().Writer, cmd.Root().ErrWriter, log)
 }
 
 // runDemo wires everything in-process: writes for d, waits until the feed
 // caught up, checks that replaying the stream reproduces the index, and
 // returns.
-func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, stdout, stderr io.Writer, log *slog.Logger) error {
+func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, metricsAddr string, stdout, stderr io.Writer, log *slog.Logger) error {
 	cluster, err := esemu.New(esemu.Config{Flavor: flavor, Nodes: 3, OutOfOrder: true})
 	if err != nil {
 		return err
@@ -80,7 +81,8 @@ func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, stdout, 
 	if err != nil {
 		return err
 	}
-	store, err := checkpoint.New(checkpoint.Config{Client: rdb, Keys: keys, Lease: lease})
+	reg := newRegistry(rdb, keys)
+	store, err := checkpoint.New(checkpoint.Config{Client: rdb, Keys: keys, Lease: lease, Metrics: reg})
 	if err != nil {
 		return err
 	}
@@ -89,17 +91,21 @@ func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, stdout, 
 		return err
 	}
 	scanner, err := deletes.New(deletes.Config{ES: client, Client: rdb, Keys: keys, Store: store,
-		Interval: 500 * time.Millisecond, Logger: log})
+		Interval: 500 * time.Millisecond, Logger: log, Metrics: reg})
 	if err != nil {
 		return err
 	}
 	r, err := relay.New(relay.Config{ES: client, Store: store, Lease: lease, Targets: []string{demoIndex},
-		PollInterval: 100 * time.Millisecond, BatchSize: 200, Deletes: scanner, Logger: log})
+		PollInterval: 100 * time.Millisecond, BatchSize: 200, Deletes: scanner, Logger: log, Metrics: reg})
 	if err != nil {
 		return err
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
+	alive := func() (bool, string) { return true, "demo" }
+	if err := serveOps(runCtx, metricsAddr, reg, rdb, keys, client, alive, alive, log); err != nil {
+		return err
+	}
 	var wg sync.WaitGroup
 	relayErr := make(chan error, 1)
 	wg.Add(2)

@@ -63,7 +63,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		OnUsageError: func(_ context.Context, _ *cli.Command, err error, _ bool) error {
 			return usageError{err}
 		},
-		Commands: []*cli.Command{runCommand(), resyncCommand(), consumeCommand(), demoCommand()},
+		Commands: []*cli.Command{runCommand(), resyncCommand(), consumeCommand(), statusCommand(), demoCommand()},
 	}
 	err := app.Run(ctx, args)
 	if err == nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/es-changefeed/es-changefeed/redisx"
@@ -52,6 +53,8 @@ type State struct {
 	// Origins are the checkpoints shards started from when not -1 (--from
 	// now): documents at or below were never delivered unless rewritten.
 	Origins map[ShardID]int64
+	// CommittedAt is when each shard's checkpoint was last written.
+	CommittedAt map[ShardID]time.Time
 	// Indices are the indices the feed has seen, by uuid.
 	Indices map[string]IndexInfo
 }
@@ -101,6 +104,9 @@ type Config struct {
 	Keys redisx.Keys
 	// Lease fences commits. Required for Commit, not for Load.
 	Lease *redisx.Lease
+	// Metrics registers escf_events_written_total, escf_commits_total and
+	// escf_commit_duration_seconds. Default nil: not registered.
+	Metrics prometheus.Registerer
 }
 
 // Validate names the first bad field.
@@ -117,6 +123,10 @@ func (c Config) Validate() error {
 // Store loads and commits a feed's state. It is safe for concurrent use.
 type Store struct {
 	cfg Config
+
+	events     *prometheus.CounterVec
+	commits    prometheus.Counter
+	commitTime prometheus.Histogram
 }
 
 // New returns a Store.
@@ -124,7 +134,22 @@ func New(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Store{cfg: cfg}, nil
+	s := &Store{cfg: cfg,
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escf_events_written_total",
+			Help: "Events committed to the stream, by op."}, []string{"op"}),
+		commits: prometheus.NewCounter(prometheus.CounterOpts{Name: "escf_commits_total",
+			Help: "Transactions committed (events, checkpoints and delivered ids in one MULTI/EXEC)."}),
+		commitTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escf_commit_duration_seconds",
+			Help: "Time of one commit transaction.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+	}
+	if cfg.Metrics != nil {
+		for _, c := range []prometheus.Collector{s.events, s.commits, s.commitTime} {
+			if err := cfg.Metrics.Register(c); err != nil {
+				return nil, fmt.Errorf("checkpoint metrics: %w", err)
+			}
+		}
+	}
+	return s, nil
 }
 
 // Client is the Redis client the store writes to.
@@ -176,6 +201,13 @@ const (
 	MetaCreated = "created"
 	// MetaSnapshot is set while a resync's snapshot is being written.
 	MetaSnapshot = "snapshot_in_progress"
+	// MetaLeaseOwner and MetaLeaseSince say which relay leads and since
+	// when (RFC 3339); written when a relay acquires the lease.
+	MetaLeaseOwner = "lease_owner"
+	MetaLeaseSince = "lease_since"
+	// MetaBackpressure is when the relay paused reading because a group
+	// lags by more than --max-backlog; empty when it reads.
+	MetaBackpressure = "backpressure_since"
 )
 
 // Reset deletes the feed's state — every key but the stream, the lease, the
@@ -237,7 +269,9 @@ func (s *Store) NextGeneration(ctx context.Context, uuid, name string) (gen int6
 
 // Load reads the checkpoints and known indices.
 func (s *Store) Load(ctx context.Context) (State, error) {
-	st := State{Checkpoints: map[ShardID]int64{}, Gaps: map[ShardID]int64{}, Origins: map[ShardID]int64{}, Indices: map[string]IndexInfo{}}
+	st := State{Checkpoints: map[ShardID]int64{}, Gaps: map[ShardID]int64{}, Origins: map[ShardID]int64{},
+		CommittedAt: map[ShardID]time.Time{}, Indices: map[string]IndexInfo{}}
+	at := map[ShardID]int64{}
 	cps, err := s.cfg.Client.HGetAll(ctx, s.cfg.Keys.Checkpoints()).Result()
 	if err != nil {
 		return st, fmt.Errorf("load checkpoints %s: %w", s.cfg.Keys.Checkpoints(), err)
@@ -249,16 +283,21 @@ func (s *Store) Load(ctx context.Context) (State, error) {
 			dst, name = st.Gaps, f
 		} else if f, ok := strings.CutSuffix(field, "/origin"); ok {
 			dst, name = st.Origins, f
+		} else if f, ok := strings.CutSuffix(field, "/at"); ok {
+			dst, name = at, f
 		}
 		id, ok := parseShardField(name)
 		if !ok {
-			return st, fmt.Errorf("load checkpoints %s: field %q is not <index_uuid>/<shard>[/gap|/origin]", s.cfg.Keys.Checkpoints(), field)
+			return st, fmt.Errorf("load checkpoints %s: field %q is not <index_uuid>/<shard>[/gap|/origin|/at]", s.cfg.Keys.Checkpoints(), field)
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
 			return st, fmt.Errorf("load checkpoints %s: field %q = %q is not an integer", s.cfg.Keys.Checkpoints(), field, v)
 		}
 		dst[id] = n
+	}
+	for id, ms := range at {
+		st.CommittedAt[id] = time.UnixMilli(ms)
 	}
 	idx, err := s.cfg.Client.HGetAll(ctx, s.cfg.Keys.Indices()).Result()
 	if err != nil {
@@ -303,8 +342,16 @@ func (s *Store) Commit(ctx context.Context, b Batch) error {
 	if b.empty() {
 		return nil
 	}
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		err := s.commitOnce(ctx, b)
+		if err == nil {
+			s.commits.Inc()
+			s.commitTime.Observe(time.Since(start).Seconds())
+			for _, e := range b.Events {
+				s.events.WithLabelValues(string(e.Op)).Inc()
+			}
+		}
 		if !errors.Is(err, redis.TxFailedErr) {
 			return err
 		}
@@ -368,9 +415,10 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) error {
 				}
 			}
 			if len(b.Checkpoints) > 0 {
-				vals := make([]any, 0, 2*len(b.Checkpoints))
+				now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+				vals := make([]any, 0, 4*len(b.Checkpoints))
 				for id, cp := range b.Checkpoints {
-					vals = append(vals, id.String(), strconv.FormatInt(cp, 10))
+					vals = append(vals, id.String(), strconv.FormatInt(cp, 10), id.String()+"/at", now)
 				}
 				p.HSet(ctx, k.Checkpoints(), vals...)
 			}
@@ -383,7 +431,7 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) error {
 				}
 			}
 			for _, id := range b.ForgetShards {
-				p.HDel(ctx, k.Checkpoints(), id.String(), redisx.GapField(id.IndexUUID, id.Shard), redisx.OriginField(id.IndexUUID, id.Shard))
+				p.HDel(ctx, k.Checkpoints(), id.String(), redisx.GapField(id.IndexUUID, id.Shard), redisx.OriginField(id.IndexUUID, id.Shard), id.String()+"/at")
 				p.Del(ctx, k.Delivered(id.IndexUUID, id.Shard), k.Routing(id.IndexUUID, id.Shard), k.Scan(id.IndexUUID, id.Shard))
 			}
 			if len(b.ForgetIndices) > 0 {

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
@@ -57,6 +58,9 @@ type Config struct {
 	DurableWait time.Duration
 	// Logger receives scan logs. Default slog.Default().
 	Logger *slog.Logger
+	// Metrics registers escf_delete_scans_total and escf_deletes_found_total.
+	// Default nil: not registered.
+	Metrics prometheus.Registerer
 }
 
 // Validate names the first bad field.
@@ -137,7 +141,13 @@ func New(cfg Config) (*Scanner, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Scanner{cfg: cfg, log: cfg.Logger, last: map[checkpoint.ShardID]time.Time{}}, nil
+	s := &Scanner{cfg: cfg, log: cfg.Logger, last: map[checkpoint.ShardID]time.Time{}}
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(newScanCollector(s)); err != nil {
+			return nil, fmt.Errorf("delete scan metrics: %w", err)
+		}
+	}
+	return s, nil
 }
 
 // Stats returns the counters.

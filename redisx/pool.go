@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -62,6 +63,9 @@ type PoolConfig struct {
 	ShutdownTimeout time.Duration
 	// Logger receives the pool's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Metrics registers the pool's collectors (escf_consumer_events_total,
+	// escf_handler_duration_seconds). Default nil: not registered.
+	Metrics prometheus.Registerer
 }
 
 // Validate names the first bad field.
@@ -168,6 +172,7 @@ type Pool struct {
 	stopped    atomic.Bool
 
 	read, handled, failed, acked, dead, reclaimed, gone atomic.Int64
+	metrics                                             *poolCollector
 }
 
 // job is one event in a lane.
@@ -184,7 +189,14 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Pool{cfg: cfg, log: cfg.Logger.With("group", cfg.Group, "consumer", cfg.Consumer)}, nil
+	p := &Pool{cfg: cfg, log: cfg.Logger.With("group", cfg.Group, "consumer", cfg.Consumer)}
+	p.metrics = newPoolCollector(p)
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(p.metrics); err != nil {
+			return nil, fmt.Errorf("pool metrics: %w", err)
+		}
+	}
+	return p, nil
 }
 
 // Consumer is this pool's consumer name.
@@ -547,7 +559,9 @@ func (p *Pool) handle(ctx, hctx context.Context, j *job) bool {
 	}
 	backoff := p.cfg.RetryBackoff
 	for {
+		start := time.Now()
 		err := p.h(hctx, j.ev)
+		p.metrics.latency.Observe(time.Since(start).Seconds())
 		if err == nil {
 			p.handled.Add(1)
 			return true

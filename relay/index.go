@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
@@ -39,6 +40,14 @@ func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) e
 	b := r.newBackoff()
 	cur := cursor{target: target, fromNow: fromNow}
 	for {
+		if r.paused.Load() {
+			// Backpressure: the cluster keeps the changes; the cursor waits.
+			if !sleep(ctx, r.cfg.PollInterval) {
+				return nil
+			}
+			continue
+		}
+		r.m.rounds.Inc()
 		progressed, err := r.round(ctx, name, &cur)
 		if ctx.Err() != nil {
 			return nil
@@ -60,6 +69,7 @@ func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) e
 			r.sayOpen(name)
 		}
 		if err != nil {
+			r.m.countError(err)
 			cur.loaded = false
 			d := b.next()
 			b.report(log, "round failed; retrying", err, d)
@@ -115,6 +125,9 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) (bool, erro
 		if !ok {
 			cp = -1
 		}
+		shard := strconv.Itoa(sc.Shard)
+		r.m.gcp.WithLabelValues(name, shard).Set(float64(sc.GlobalCheckpoint))
+		r.m.checkpoint.WithLabelValues(name, shard).Set(float64(cp))
 		if sc.GlobalCheckpoint > cp {
 			todo = append(todo, work{sc.Shard, cp, sc.GlobalCheckpoint})
 		}
@@ -310,6 +323,7 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 			return err
 		}
 		cur.prog.add(r, len(hits))
+		r.m.checkpoint.WithLabelValues(name, strconv.Itoa(shard)).Set(float64(next))
 		cur.cps[shard] = next
 		cur.state.Checkpoints[id] = next
 		if gap > 0 {

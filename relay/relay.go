@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/deletes"
@@ -70,6 +73,24 @@ type Config struct {
 	// ProgressInterval is how often a long read (an index's first read from
 	// its beginning, a snapshot) logs its progress. Default 5s.
 	ProgressInterval time.Duration
+	// Metrics registers the relay's Prometheus collectors. Default nil: not
+	// registered.
+	Metrics prometheus.Registerer
+	// Trim enables safe retention: every TrimInterval the stream is trimmed
+	// (XTRIM MINID) below the oldest entry some group has not acknowledged.
+	Trim bool
+	// TrimInterval is the period of trimming. Default 10s.
+	TrimInterval time.Duration
+	// MaxStreamLen bounds the stream when no group exists (with a warning).
+	// Default 1,000,000.
+	MaxStreamLen int64
+	// MinRetention keeps entries at least this long whatever the groups
+	// acknowledged. Default 0.
+	MinRetention time.Duration
+	// MaxBacklog, when > 0, pauses reading the cluster while the slowest
+	// group lags by more than this many entries (the cursor is durable: the
+	// cluster is the buffer).
+	MaxBacklog int64
 	// PollInterval is the pause after a round that found nothing new.
 	// Default 1s.
 	PollInterval time.Duration
@@ -149,6 +170,12 @@ func (c Config) withDefaults() Config {
 	if c.ProgressInterval == 0 {
 		c.ProgressInterval = 5 * time.Second
 	}
+	if c.TrimInterval == 0 {
+		c.TrimInterval = 10 * time.Second
+	}
+	if c.MaxStreamLen == 0 {
+		c.MaxStreamLen = 1_000_000
+	}
 	return c
 }
 
@@ -156,6 +183,10 @@ func (c Config) withDefaults() Config {
 type Relay struct {
 	cfg Config
 	log *slog.Logger
+	m   *metrics
+
+	paused atomic.Bool // backpressure: the slowest group lags by more than MaxBacklog
+	leader atomic.Bool // this relay holds the lease
 
 	mu          sync.Mutex
 	clusterUUID string // of the cluster this relay reads, from GET /
@@ -197,7 +228,7 @@ func New(cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Relay{cfg: cfg, log: cfg.Logger}, nil
+	return &Relay{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Metrics)}, nil
 }
 
 // Run follows the indices until ctx ends. It waits as a standby while
@@ -278,12 +309,20 @@ func (r *Relay) lead(ctx context.Context) error {
 			cancel(err)
 			return
 		}
+		r.leader.Store(true)
+		r.m.leaseHeld.Set(1)
+		if r.cfg.Trim || r.cfg.MaxBacklog > 0 {
+			wg.Add(1)
+			go func() { defer wg.Done(); r.watchStream(ctx) }()
+		}
 		if err := r.followTargets(ctx); err != nil {
 			cancel(err)
 		}
 	}()
 	<-ctx.Done()
 	wg.Wait()
+	r.leader.Store(false)
+	r.m.leaseHeld.Set(0)
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause
 	}
@@ -307,6 +346,11 @@ func (r *Relay) start(ctx context.Context) error {
 		if !sleep(ctx, d) {
 			return nil
 		}
+	}
+	// Say who leads, and since when (status shows it).
+	if err := r.commit(ctx, checkpoint.Batch{Meta: map[string]string{checkpoint.MetaLeaseOwner: r.cfg.Lease.Token(),
+		checkpoint.MetaLeaseSince: time.Now().UTC().Format(time.RFC3339), checkpoint.MetaBackpressure: ""}}); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	need := r.cfg.Snapshot && !r.snapshotted
@@ -379,6 +423,13 @@ func (r *Relay) commit(ctx context.Context, b checkpoint.Batch) error {
 	defer cancel()
 	return r.cfg.Store.Commit(cctx, b)
 }
+
+// Leading reports whether this relay holds the lease now (a standby does
+// not).
+func (r *Relay) Leading() bool { return r.leader.Load() }
+
+// Paused reports whether backpressure pauses reading now.
+func (r *Relay) Paused() bool { return r.paused.Load() }
 
 // backoff is a capped exponential backoff with full jitter that logs once
 // per change of error.

@@ -83,9 +83,10 @@ func targetDocs(tb testing.TB, c *esemu.Cluster, index string) map[string]mirror
 	return out
 }
 
-// compareMirror checks the target holds exactly the source's documents,
-// each with version = generation<<41 | seq_no<<1.
-func compareMirror(tb testing.TB, src, dst *esemu.Cluster, index string) int {
+// diffMirror says how the target differs from the source ("" when it holds
+// exactly the source's documents, each with version
+// generation<<41 | seq_no<<1, generation 1).
+func diffMirror(tb testing.TB, src, dst *esemu.Cluster, index string) (string, int) {
 	tb.Helper()
 	want := clusterDocs(tb, src, index)
 	got := targetDocs(tb, dst, index)
@@ -104,13 +105,36 @@ func compareMirror(tb testing.TB, src, dst *esemu.Cluster, index string) int {
 	if len(got) != len(want) {
 		problems = append(problems, fmt.Sprintf("target has %d documents, source %d", len(got), len(want)))
 	}
-	if len(problems) > 0 {
-		if len(problems) > 15 {
-			problems = append(problems[:15], "…")
-		}
-		tb.Fatalf("the mirror differs from the source:\n%s", strings.Join(problems, "\n"))
+	if len(problems) > 15 {
+		problems = append(problems[:15], "…")
 	}
-	return len(want)
+	return strings.Join(problems, "\n"), len(want)
+}
+
+// compareMirror fails unless the target mirrors the source exactly.
+func compareMirror(tb testing.TB, src, dst *esemu.Cluster, index string) int {
+	tb.Helper()
+	diff, n := diffMirror(tb, src, dst, index)
+	if diff != "" {
+		tb.Fatalf("the mirror differs from the source:\n%s", diff)
+	}
+	return n
+}
+
+// waitTargetMirror waits until the target mirrors the source exactly.
+func waitTargetMirror(tb testing.TB, src, dst *esemu.Cluster, index string, timeout time.Duration) int {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		diff, n := diffMirror(tb, src, dst, index)
+		if diff == "" {
+			return n
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the mirror did not converge within %s:\n%s", timeout, diff)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // bulkVersion is the external version the bulk sink writes for an upsert

@@ -364,3 +364,6 @@ func testLogLevel() slog.Level {
 	}
 	return slog.LevelInfo
 }
+
+// newTestLogger logs as text into w.
+func newTestLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }

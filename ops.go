@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"github.com/urfave/cli/v3"
+
+	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/relay/es"
+	"github.com/es-changefeed/es-changefeed/relay/status"
+)
+
+func metricsFlag() cli.Flag {
+	return &cli.StringFlag{Name: "metrics-addr", Usage: "serve /metrics, /healthz, /readyz and the status page (GET /) here, e.g. 127.0.0.1:9464",
+		Sources: cli.EnvVars("ESCF_METRICS_ADDR")}
+}
+
+// newRegistry is the process's Prometheus registry: Go and process
+// collectors and the feed's stream collector.
+func newRegistry(rdb redis.UniversalClient, keys redisx.Keys) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		redisx.NewStreamCollector(rdb, keys))
+	return reg
+}
+
+// serveOps starts the metrics/status server when --metrics-addr is set; it
+// stops with ctx.
+func serveOps(ctx context.Context, addr string, reg *prometheus.Registry, rdb redis.UniversalClient, keys redisx.Keys,
+	client *es.Client, health, ready func() (bool, string), log *slog.Logger) error {
+	if addr == "" {
+		return nil
+	}
+	srv, err := status.NewServer(status.ServerConfig{Addr: addr, Gatherer: reg, Sources: status.Sources{Redis: rdb, Keys: keys, ES: client},
+		Health: health, Ready: ready, Logger: log})
+	if err != nil {
+		return usageError{err}
+	}
+	log.Info("serving metrics and the status page", "addr", "http://"+srv.Addr()+"/")
+	go func() {
+		if err := srv.Run(ctx); err != nil {
+			log.Error("metrics server stopped", "error", err.Error())
+		}
+	}()
+	return nil
+}

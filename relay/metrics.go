@@ -1,0 +1,64 @@
+package relay
+
+import (
+	"errors"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/es-changefeed/es-changefeed/relay/es"
+)
+
+// metrics are the relay's Prometheus collectors (commits and events are
+// counted by checkpoint.Store, which every commit goes through), registered on the
+// Registerer of its Config (none: they count but nobody scrapes them).
+type metrics struct {
+	checkpoint   *prometheus.GaugeVec
+	gcp          *prometheus.GaugeVec
+	rounds       prometheus.Counter
+	errors       *prometheus.CounterVec
+	backpressure prometheus.Gauge
+	leaseHeld    prometheus.Gauge
+	trimmed      prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		checkpoint: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "escf_shard_checkpoint",
+			Help: "Highest seq no read (delivered or skipped) per shard."}, []string{"index", "shard"}),
+		gcp: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "escf_shard_global_checkpoint",
+			Help: "The primary's global checkpoint per shard, as last read."}, []string{"index", "shard"}),
+		rounds: prometheus.NewCounter(prometheus.CounterOpts{Name: "escf_rounds_total",
+			Help: "Relay rounds run (over all indices)."}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escf_errors_total",
+			Help: "Failed rounds, by component (es, redis) and kind (HTTP status, connection, ...)."}, []string{"component", "kind"}),
+		backpressure: prometheus.NewGauge(prometheus.GaugeOpts{Name: "escf_backpressure",
+			Help: "1 while the relay pauses reading because a group's lag exceeds --max-backlog."}),
+		leaseHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "escf_lease_held",
+			Help: "1 while this relay holds the feed's lease (leads), 0 as a standby."}),
+		trimmed: prometheus.NewCounter(prometheus.CounterOpts{Name: "escf_stream_trimmed_entries_total",
+			Help: "Stream entries removed by safe trimming."}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.checkpoint, m.gcp, m.rounds,
+			m.errors, m.backpressure, m.leaseHeld, m.trimmed} {
+			reg.MustRegister(c)
+		}
+	}
+	return m
+}
+
+// countError counts a failed round by what failed.
+func (m *metrics) countError(err error) {
+	var ee *es.Error
+	switch {
+	case errors.As(err, &ee) && ee.Status == 0:
+		m.errors.WithLabelValues("es", "connection").Inc()
+	case errors.As(err, &ee) && errors.Is(ee, es.ErrPartial):
+		m.errors.WithLabelValues("es", "partial").Inc()
+	case errors.As(err, &ee):
+		m.errors.WithLabelValues("es", strconv.Itoa(ee.Status)).Inc()
+	default:
+		m.errors.WithLabelValues("redis", "error").Inc()
+	}
+}

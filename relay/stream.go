@@ -1,0 +1,218 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/es-changefeed/es-changefeed/checkpoint"
+)
+
+// watchStream runs while the relay leads: it applies backpressure
+// (MaxBacklog) and safe trimming (Trim).
+func (r *Relay) watchStream(ctx context.Context) {
+	period := r.cfg.PollInterval
+	if r.cfg.Trim && r.cfg.TrimInterval < period {
+		period = r.cfg.TrimInterval
+	}
+	t := time.NewTicker(period)
+	defer t.Stop()
+	lastTrim := time.Time{}
+	said := ""
+	for {
+		groups, err := r.groups(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if said != err.Error() {
+				said = err.Error()
+				r.log.Warn("cannot read the stream's consumer groups", logErr, said)
+			}
+		} else {
+			said = ""
+			if r.cfg.MaxBacklog > 0 {
+				r.backpressure(ctx, groups)
+			}
+			if r.cfg.Trim && time.Since(lastTrim) >= r.cfg.TrimInterval {
+				lastTrim = time.Now()
+				if err := r.trim(ctx, groups); err != nil && ctx.Err() == nil {
+					r.log.Warn("trimming failed", logErr, err.Error())
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			r.paused.Store(false)
+			r.m.backpressure.Set(0)
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// groupState is what trimming and backpressure need of a group.
+type groupState struct {
+	name          string
+	lag           int64 // entries not yet delivered to the group
+	lastDelivered string
+	oldestPending string // "" when nothing is pending
+}
+
+// groups reads the consumer groups of the stream (none if it has no
+// stream yet).
+func (r *Relay) groups(ctx context.Context) ([]groupState, error) {
+	rdb := r.cfg.Store.Client()
+	stream := r.cfg.Store.Keys().Events()
+	infos, err := rdb.XInfoGroups(ctx, stream).Result()
+	if err != nil {
+		if redis.HasErrorPrefix(err, "ERR no such key") {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("XINFO GROUPS %s: %w", stream, err)
+	}
+	var added int64 = -1
+	out := make([]groupState, 0, len(infos))
+	for _, g := range infos {
+		gs := groupState{name: g.Name, lag: g.Lag, lastDelivered: g.LastDeliveredID}
+		if gs.lag < 0 {
+			// Redis cannot tell the lag (entries deleted in between): count
+			// from what was added and what the group read.
+			if added < 0 {
+				info, err := rdb.XInfoStream(ctx, stream).Result()
+				if err != nil {
+					return nil, err
+				}
+				added = info.EntriesAdded
+			}
+			gs.lag = added - g.EntriesRead
+		}
+		if g.Pending > 0 {
+			p, err := rdb.XPending(ctx, stream, g.Name).Result()
+			if err != nil {
+				return nil, fmt.Errorf("XPENDING %s %s: %w", stream, g.Name, err)
+			}
+			gs.oldestPending = p.Lower
+		}
+		out = append(out, gs)
+	}
+	return out, nil
+}
+
+// backpressure pauses reading while the slowest group lags by more than
+// MaxBacklog entries, and resumes below it. Each change is logged once and
+// recorded in the feed's meta hash (for status).
+func (r *Relay) backpressure(ctx context.Context, groups []groupState) {
+	var slowest groupState
+	for _, g := range groups {
+		if g.lag > slowest.lag {
+			slowest = g
+		}
+	}
+	over := slowest.lag > r.cfg.MaxBacklog
+	if over == r.paused.Load() {
+		return
+	}
+	since := ""
+	if over {
+		since = time.Now().UTC().Format(time.RFC3339)
+		r.log.Warn("backpressure on: a consumer group lags; pausing reads (the cluster keeps the changes, the cursor is durable)",
+			"group", slowest.name, "lag", slowest.lag, "max_backlog", r.cfg.MaxBacklog)
+	} else {
+		r.log.Info("backpressure off: the groups caught up; reading again", "max_backlog", r.cfg.MaxBacklog)
+	}
+	r.paused.Store(over)
+	if over {
+		r.m.backpressure.Set(1)
+	} else {
+		r.m.backpressure.Set(0)
+	}
+	if err := r.commit(ctx, checkpoint.Batch{Meta: map[string]string{checkpoint.MetaBackpressure: since}}); err != nil && ctx.Err() == nil {
+		r.log.Warn("cannot record backpressure in the feed's meta", logErr, err.Error())
+	}
+}
+
+// trim removes stream entries every group has acknowledged: below the
+// minimum over groups of (oldest pending id, the id after the last delivered
+// one), and not younger than MinRetention. Without groups, only a stream
+// longer than MaxStreamLen is cut (with a warning).
+func (r *Relay) trim(ctx context.Context, groups []groupState) error {
+	rdb := r.cfg.Store.Client()
+	stream := r.cfg.Store.Keys().Events()
+	var cutoff string
+	if r.cfg.MinRetention > 0 {
+		cutoff = strconv.FormatInt(time.Now().Add(-r.cfg.MinRetention).UnixMilli(), 10) + "-0"
+	}
+	if len(groups) == 0 {
+		n, err := rdb.XLen(ctx, stream).Result()
+		if err != nil || n <= r.cfg.MaxStreamLen {
+			return err
+		}
+		var removed int64
+		if cutoff != "" {
+			removed, err = rdb.XTrimMinID(ctx, stream, cutoff).Result()
+		} else {
+			removed, err = rdb.XTrimMaxLen(ctx, stream, r.cfg.MaxStreamLen).Result()
+		}
+		if err != nil {
+			return err
+		}
+		r.m.trimmed.Add(float64(removed))
+		r.log.Warn("the stream has no consumer group: trimmed to --max-stream-len (older entries were never read by a group)",
+			"removed", removed, "max_stream_len", r.cfg.MaxStreamLen)
+		return nil
+	}
+	minID := ""
+	for _, g := range groups {
+		bound := nextID(g.lastDelivered)
+		if g.oldestPending != "" && lessID(g.oldestPending, bound) {
+			bound = g.oldestPending
+		}
+		if minID == "" || lessID(bound, minID) {
+			minID = bound
+		}
+	}
+	if cutoff != "" && lessID(cutoff, minID) {
+		minID = cutoff
+	}
+	removed, err := rdb.XTrimMinID(ctx, stream, minID).Result()
+	if err != nil {
+		return err
+	}
+	if removed > 0 {
+		r.m.trimmed.Add(float64(removed))
+		r.log.Debug("trimmed the stream", "removed", removed, "min_id", minID)
+	}
+	return nil
+}
+
+// nextID is the smallest stream id above id ("0-0" -> "0-1").
+func nextID(id string) string {
+	ms, seq, ok := splitID(id)
+	if !ok {
+		return "0-0"
+	}
+	return strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq+1, 10)
+}
+
+// lessID compares stream ids.
+func lessID(a, b string) bool {
+	am, as, _ := splitID(a)
+	bm, bs, _ := splitID(b)
+	return am < bm || (am == bm && as < bs)
+}
+
+func splitID(id string) (ms, seq uint64, ok bool) {
+	a, b, found := strings.Cut(id, "-")
+	var err1, err2 error
+	ms, err1 = strconv.ParseUint(a, 10, 64)
+	if found {
+		seq, err2 = strconv.ParseUint(b, 10, 64)
+	}
+	return ms, seq, errors.Join(err1, err2) == nil
+}

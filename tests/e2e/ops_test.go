@@ -1,0 +1,359 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/es-changefeed/es-changefeed/deletes"
+	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/relay"
+	"github.com/es-changefeed/es-changefeed/tests/esemu"
+	"github.com/es-changefeed/es-changefeed/tests/redistest"
+)
+
+// statusJSON runs `status --json` and decodes it.
+func statusJSON(tb testing.TB, args ...string) (int, map[string]any, string) {
+	tb.Helper()
+	code, out := runBinary(tb, 30*time.Second, append([]string{"status", "--json"}, args...)...)
+	start := strings.Index(out, "{")
+	end := strings.LastIndex(out, "}")
+	var m map[string]any
+	if start < 0 || end < start || json.Unmarshal([]byte(out[start:end+1]), &m) != nil {
+		tb.Fatalf("status --json printed no JSON (exit %d):\n%s", code, out)
+	}
+	return code, m, out
+}
+
+// TestStatus_HealthAndExitCodes: status on a running feed (text and JSON)
+// and on a stopped one; its exit code under each unhealthy condition.
+func TestStatus_HealthAndExitCodes(t *testing.T) {
+	c := cluster(t, esemu.Config{})
+	createIndex(t, c, "watched", 2, 0)
+	srv := redistest.Start(t)
+	for i := 0; i < 20; i++ {
+		mustDo(t, "PUT", fmt.Sprintf("%s/watched/_doc/%d", c.URL(), i), `{}`)
+	}
+	p := startBinary(t, relayArgs(c, srv.URL(), "watch", "watched", "--lease-ttl", "2s")...)
+	waitCaughtUp(t, c, storeFor(t, srv, "watch"), []string{"watched"}, 10*time.Second)
+	rdb := srv.Client(t)
+	keys := redisx.NewKeys("watch")
+	rdb.XGroupCreate(context.Background(), keys.Events(), "readers", "$")
+	base := []string{"--redis", srv.URL(), "--feed", "watch", "--es", c.URL()}
+
+	// Healthy, text.
+	code, out := runBinary(t, 30*time.Second, append([]string{"status"}, base...)...)
+	for _, want := range []string{"feed watch: healthy", "lease: held by", "watched", "GROUP", "readers", "dead letters: 0", "stream: 20 entries"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status text lacks %q:\n%s", want, out)
+		}
+	}
+	if code != 0 {
+		t.Fatalf("healthy feed: exit %d:\n%s", code, out)
+	}
+	// Healthy, JSON: checkpoints equal the global checkpoints.
+	code, rep, _ := statusJSON(t, base...)
+	if code != 0 || rep["healthy"] != true {
+		t.Fatalf("exit %d, report %v", code, rep)
+	}
+	for _, ix := range rep["indices"].([]any) {
+		for _, sh := range ix.(map[string]any)["shards"].([]any) {
+			s := sh.(map[string]any)
+			if s["lag"].(float64) != 0 || s["checkpoint"] != s["global_checkpoint"] {
+				t.Fatalf("shard %v: want lag 0, checkpoint = global checkpoint", s)
+			}
+		}
+	}
+	cases := []struct {
+		name  string
+		setup func()
+		args  []string
+		want  string
+	}{
+		{"group lag over --max-lag", func() {
+			rdb.XGroupCreate(context.Background(), keys.Events(), "slow", "0")
+		}, []string{"--max-lag", "5"}, "group slow lags by 20 entries"},
+		{"dead letters", func() {
+			rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: keys.Dead(), Values: []any{"op", "upsert", "error", "boom"}})
+		}, nil, "1 events in the dead-letter stream"},
+		{"relay stopped: no lease, shard lag", func() {
+			p.kill()
+			rdb.Del(context.Background(), keys.Lease())
+			for i := 20; i < 40; i++ {
+				mustDo(t, "PUT", fmt.Sprintf("%s/watched/_doc/%d", c.URL(), i), `{}`)
+			}
+		}, []string{"--max-lag", "5"}, "no relay holds the lease"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.setup()
+			code, rep, out := statusJSON(t, append(base, tc.args...)...)
+			problems := fmt.Sprint(rep["problems"])
+			if code != 1 || rep["healthy"] != false || !strings.Contains(problems, tc.want) {
+				t.Fatalf("exit %d, healthy %v, problems %s; want exit 1 and %q\n%s", code, rep["healthy"], problems, tc.want, out)
+			}
+		})
+	}
+	// The stopped feed's shard lag is reported too.
+	_, rep, _ = statusJSON(t, append(base, "--max-lag", "5")...)
+	if !strings.Contains(fmt.Sprint(rep["problems"]), "lags by") || !strings.Contains(fmt.Sprint(rep["problems"]), "operations") {
+		t.Fatalf("no shard lag problem: %v", rep["problems"])
+	}
+	// Lost state.
+	rdb.Del(context.Background(), keys.Meta(), keys.Checkpoints(), keys.Indices())
+	code, rep, _ = statusJSON(t, base...)
+	if code != 1 || !strings.Contains(fmt.Sprint(rep["problems"]), "state is lost") {
+		t.Fatalf("lost state: exit %d, problems %v", code, rep["problems"])
+	}
+	// A Redis that cannot be reached is an error line, exit 1.
+	code, out = runBinary(t, 30*time.Second, "status", "--redis", "redis://"+closedPort(t)+"/0", "--feed", "watch")
+	if code != 1 || !strings.Contains(out, "cannot reach Redis") {
+		t.Fatalf("unreachable Redis: exit %d:\n%s", code, out)
+	}
+}
+
+// xrangeIDs lists the stream's entry ids.
+func xrangeIDs(tb testing.TB, rdb *redis.Client, stream string) map[string]bool {
+	tb.Helper()
+	msgs, err := rdb.XRange(context.Background(), stream, "-", "+").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, m := range msgs {
+		out[m.ID] = true
+	}
+	return out
+}
+
+// TestTrim_NeverRemovesUnacked: two groups read at different speeds, one
+// holds entries pending; trimming removes only what every group acked, and
+// the slower group bounds it.
+func TestTrim_NeverRemovesUnacked(t *testing.T) {
+	c := cluster(t, esemu.Config{})
+	createIndex(t, c, "trimmed", 1, 0)
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	f := startRelay(t, c, srv.URL(), "trim", []string{"trimmed"}, func(cfg *relay.Config) {
+		cfg.Trim, cfg.TrimInterval = true, 50*time.Millisecond
+	})
+	ctx := context.Background()
+	stream := f.keys.Events()
+	for i := 0; i < 100; i++ {
+		mustDo(t, "PUT", fmt.Sprintf("%s/trimmed/_doc/%d", c.URL(), i), `{}`)
+	}
+	waitCaughtUp(t, c, f.store, []string{"trimmed"}, 10*time.Second)
+	rdb.XGroupCreate(ctx, stream, "fast", "0")
+	rdb.XGroupCreate(ctx, stream, "slow", "0")
+	// fast reads and acks 80; slow reads 50, acks 30 (20 stay pending).
+	read := func(group string, n int64) []string {
+		res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: "c", Streams: []string{stream, ">"}, Count: n}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, m := range res[0].Messages {
+			ids = append(ids, m.ID)
+		}
+		return ids
+	}
+	fast := read("fast", 80)
+	rdb.XAck(ctx, stream, "fast", fast...)
+	slow := read("slow", 50)
+	rdb.XAck(ctx, stream, "slow", slow[:30]...)
+	before := xrangeIDs(t, rdb, stream)
+	time.Sleep(300 * time.Millisecond) // several trims
+	after := xrangeIDs(t, rdb, stream)
+	// Everything slow has not acked (pending 20, unread 50) must remain:
+	// the oldest pending entry of the slow group bounds the trim.
+	for _, id := range slow[30:] {
+		if !after[id] {
+			t.Fatalf("entry %s, pending in group slow, was trimmed", id)
+		}
+	}
+	if len(after) != 70 {
+		t.Fatalf("%d entries before, %d after; want 70 kept (slow acked 30)", len(before), len(after))
+	}
+	// slow catches up: the fast group's unread 20 bound the trim now.
+	rdb.XAck(ctx, stream, "slow", slow[30:]...)
+	rest := read("slow", 50)
+	rdb.XAck(ctx, stream, "slow", rest...)
+	time.Sleep(300 * time.Millisecond)
+	if got := len(xrangeIDs(t, rdb, stream)); got != 20 {
+		t.Fatalf("%d entries kept; want the 20 the fast group has not read", got)
+	}
+	t.Logf("entries: 100 → 70 (slow group's pending bound) → 20 (fast group's unread bound); nothing unacked removed")
+}
+
+// TestBackpressure_BoundedStreamThenExactMirror: with a consumer stopped,
+// the relay pauses at --max-backlog while writers keep writing, so the
+// stream (Redis memory) stays bounded; when the consumer resumes, the relay
+// reads on and the mirror is exact.
+func TestBackpressure_BoundedStreamThenExactMirror(t *testing.T) {
+	src := cluster(t, esemu.Config{Nodes: 2})
+	dst := cluster(t, esemu.Config{})
+	createIndex(t, src, "orders", 2, 1)
+	createIndex(t, dst, "orders", 1, 0)
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	keys := redisx.NewKeys("bp")
+	rdb.XGroupCreateMkStream(context.Background(), keys.Events(), "mirror", "0")
+	logs := &lockedLog{}
+	f := startRelayDeletes(t, src, srv.URL(), "bp", []string{"orders"}, func(*deletes.Config) {}, func(cfg *relay.Config) {
+		cfg.MaxBacklog = 300
+		cfg.Trim, cfg.TrimInterval = true, 100*time.Millisecond
+		cfg.Logger = newTestLogger(logs)
+	})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		w := &writer{url: src.URL(), index: "orders", id: i, rng: rand.New(rand.NewPCG(uint64(i), 5)), routing: map[string]string{}, deletes: true}
+		wg.Add(1)
+		go func() { defer wg.Done(); w.run(t, stop) }()
+	}
+	var maxLen int64
+	deadline := time.Now().Add(4 * time.Second)
+	for time.Now().Before(deadline) {
+		n, _ := rdb.XLen(context.Background(), keys.Events()).Result()
+		maxLen = max(maxLen, n)
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	if !strings.Contains(logs.String(), "backpressure on") {
+		t.Fatalf("the relay never paused:\n%s", logs)
+	}
+	// The bound: MaxBacklog plus what one round commits after the check.
+	if maxLen > 300+1000 {
+		t.Fatalf("the stream grew to %d entries with --max-backlog 300", maxLen)
+	}
+	meta, _ := rdb.HGet(context.Background(), keys.Meta(), "backpressure_since").Result()
+	if meta == "" {
+		t.Fatal("backpressure is not recorded in the feed's meta (status shows it from there)")
+	}
+	// The consumer resumes: the relay reads on and the mirror converges.
+	c := startBinary(t, consumeArgs(srv.URL(), "bp", "mirror", "c1", dst.URL())...)
+	waitCaughtUp(t, src, f.store, []string{"orders"}, 60*time.Second)
+	// The stream is trimmed as the group acks, so compare the target itself
+	// (deletes come from scans, after the reads caught up).
+	docs := waitTargetMirror(t, src, dst, "orders", 60*time.Second)
+	waitGroupDone(t, rdb, keys.Events(), "mirror", 30*time.Second)
+	if !strings.Contains(logs.String(), "backpressure off") {
+		t.Errorf("no log of backpressure ending:\n%s", logs)
+	}
+	t.Logf("stream peaked at %d entries with --max-backlog 300 while writers wrote; mirror exact with %d documents after the consumer resumed", maxLen, docs)
+	c.kill()
+}
+
+// TestMetrics_ScrapedDuringMirror: run and consume serve /metrics with the
+// documented names, /healthz, /readyz and the status page.
+func TestMetrics_ScrapedDuringMirror(t *testing.T) {
+	src := cluster(t, esemu.Config{})
+	dst := cluster(t, esemu.Config{})
+	createIndex(t, src, "orders", 2, 0)
+	createIndex(t, dst, "orders", 1, 0)
+	srv := redistest.Start(t)
+	relayAddr, consumeAddr := closedPort(t), closedPort(t)
+	r := startBinary(t, relayArgs(src, srv.URL(), "m", "orders", "--deletes", "--delete-scan-interval", "50ms", "--metrics-addr", relayAddr, "--trim")...)
+	cons := startBinary(t, append(consumeArgs(srv.URL(), "m", "mirror", "c1", dst.URL()), "--metrics-addr", consumeAddr)...)
+	for i := 0; i < 50; i++ {
+		mustDo(t, "PUT", fmt.Sprintf("%s/orders/_doc/%d", src.URL(), i), `{}`)
+	}
+	for i := 0; i < 50; i += 10 {
+		mustDo(t, "DELETE", fmt.Sprintf("%s/orders/_doc/%d", src.URL(), i), "")
+	}
+	waitCaughtUp(t, src, storeFor(t, srv, "m"), []string{"orders"}, 10*time.Second)
+	get := func(url string) (int, string) {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	var body string
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		_, body = get("http://" + relayAddr + "/metrics")
+		if strings.Contains(body, `escf_events_written_total{op="delete"}`) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, name := range []string{`escf_events_written_total{op="upsert"}`, `escf_events_written_total{op="delete"}`, "escf_commits_total",
+		"escf_commit_duration_seconds_bucket", `escf_shard_checkpoint{index="orders",shard="0"}`, `escf_shard_global_checkpoint{index="orders",shard="1"}`,
+		"escf_rounds_total", `escf_delete_scans_total{result="saved_by_gap_proof"}`, "escf_stream_entries", "escf_lease_held 1", "escf_backpressure 0",
+		"escf_dead_letter_entries"} {
+		if !strings.Contains(body, name) {
+			t.Errorf("relay /metrics lacks %s\n%s", name, r.out)
+		}
+	}
+	var cbody string
+	deadline = time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		_, cbody = get("http://" + consumeAddr + "/metrics")
+		if strings.Contains(cbody, `escf_group_lag_entries{feed="m",group="mirror"} 0`) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, name := range []string{`escf_consumer_events_total{group="mirror",result="handled"}`, `escf_handler_duration_seconds_bucket{group="mirror"`,
+		`escf_group_lag_entries{feed="m",group="mirror"} 0`, `escf_group_pending_entries{feed="m",group="mirror"}`, `escf_consumer_events_total{group="mirror",result="dead_lettered"} 0`} {
+		if !strings.Contains(cbody, name) {
+			t.Errorf("consume /metrics lacks %s", name)
+		}
+	}
+	if code, b := get("http://" + relayAddr + "/healthz"); code != 200 || !strings.Contains(b, "leading") {
+		t.Errorf("/healthz: %d %s", code, b)
+	}
+	if code, b := get("http://" + relayAddr + "/readyz"); code != 200 {
+		t.Errorf("/readyz: %d %s", code, b)
+	}
+	if code, page := get("http://" + relayAddr + "/"); code != 200 || !strings.Contains(page, "<html") || !strings.Contains(page, "orders") {
+		t.Errorf("status page: %d\n%.300s", code, page)
+	}
+	if code, js := get("http://" + relayAddr + "/status.json"); code != 200 || !strings.Contains(js, `"feed":"m"`) {
+		t.Errorf("/status.json: %d %.300s", code, js)
+	}
+	r.kill()
+	cons.kill()
+}
+
+// TestStatus_OnRunningDemo: status reads the demo's embedded Redis while the
+// demo runs (text and JSON) and reports its lease, shards and stream.
+func TestStatus_OnRunningDemo(t *testing.T) {
+	p := startBinary(t, "demo", "--duration", "6s", "--log-level", "warn")
+	deadline := time.Now().Add(10 * time.Second)
+	addr := ""
+	for addr == "" && time.Now().Before(deadline) {
+		if i := strings.Index(p.out.String(), "embedded Redis at "); i >= 0 {
+			rest := p.out.String()[i+len("embedded Redis at "):]
+			if j := strings.IndexAny(rest, ";\n"); j > 0 {
+				addr = rest[:j]
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if addr == "" {
+		t.Fatalf("no Redis address in the demo's output:\n%s", p.out)
+	}
+	time.Sleep(2 * time.Second)
+	code, out := runBinary(t, 30*time.Second, "status", "--redis", "redis://"+addr+"/0", "--feed", "demo")
+	if code != 0 || !strings.Contains(out, "feed demo: healthy") || !strings.Contains(out, "demo-orders") || !strings.Contains(out, "lease: held by demo/") {
+		t.Fatalf("status on the running demo: exit %d\n%s", code, out)
+	}
+	code, rep, _ := statusJSON(t, "--redis", "redis://"+addr+"/0", "--feed", "demo")
+	if code != 0 || rep["stream"].(map[string]any)["length"].(float64) == 0 || len(rep["indices"].([]any)) != 1 {
+		t.Fatalf("status --json on the running demo: exit %d, %v", code, rep)
+	}
+}
