@@ -357,3 +357,28 @@ func TestStatus_OnRunningDemo(t *testing.T) {
 		t.Fatalf("status --json on the running demo: exit %d, %v", code, rep)
 	}
 }
+
+// TestTrim_NoGroupKeepsMaxStreamLen: without any consumer group, --trim
+// keeps the newest --max-stream-len entries.
+func TestTrim_NoGroupKeepsMaxStreamLen(t *testing.T) {
+	c := cluster(t, esemu.Config{})
+	createIndex(t, c, "nogroup", 1, 0)
+	srv := redistest.Start(t)
+	logs := &lockedLog{}
+	f := startRelay(t, c, srv.URL(), "nogroup", []string{"nogroup"}, func(cfg *relay.Config) {
+		cfg.Trim, cfg.TrimInterval, cfg.MaxStreamLen = true, 50*time.Millisecond, 30
+		cfg.Logger = newTestLogger(logs)
+	})
+	for i := 0; i < 100; i++ {
+		mustDo(t, "PUT", fmt.Sprintf("%s/nogroup/_doc/%d", c.URL(), i), `{}`)
+	}
+	waitCaughtUp(t, c, f.store, []string{"nogroup"}, 10*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	evs := entries(t, f.rdb, f.keys.Events())
+	if len(evs) != 30 || evs[len(evs)-1].ID != "99" {
+		t.Fatalf("%d entries kept (last %q); want the newest 30", len(evs), evs[len(evs)-1].ID)
+	}
+	if !strings.Contains(logs.String(), "no consumer group") {
+		t.Errorf("no warning about trimming without groups:\n%s", logs)
+	}
+}
