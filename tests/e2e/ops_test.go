@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -221,14 +222,26 @@ func TestBackpressure_BoundedStreamThenExactMirror(t *testing.T) {
 		go func() { defer wg.Done(); w.run(t, stop) }()
 	}
 	var maxLen int64
+	var memPaused int64 // used_memory when the relay first paused
 	deadline := time.Now().Add(4 * time.Second)
 	for time.Now().Before(deadline) {
 		n, _ := rdb.XLen(context.Background(), keys.Events()).Result()
 		maxLen = max(maxLen, n)
+		if memPaused == 0 && strings.Contains(logs.String(), "backpressure on") {
+			memPaused = usedMemory(t, rdb)
+		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	memEnd := usedMemory(t, rdb)
 	close(stop)
 	wg.Wait()
+	if memPaused == 0 {
+		t.Fatalf("the relay never paused:\n%s", logs)
+	}
+	// While paused the writers kept writing to ES; Redis must not grow with them.
+	if memEnd-memPaused > 1<<20 {
+		t.Fatalf("Redis used_memory grew from %d to %d bytes while the relay was paused", memPaused, memEnd)
+	}
 	if !strings.Contains(logs.String(), "backpressure on") {
 		t.Fatalf("the relay never paused:\n%s", logs)
 	}
@@ -250,7 +263,7 @@ func TestBackpressure_BoundedStreamThenExactMirror(t *testing.T) {
 	if !strings.Contains(logs.String(), "backpressure off") {
 		t.Errorf("no log of backpressure ending:\n%s", logs)
 	}
-	t.Logf("stream peaked at %d entries with --max-backlog 300 while writers wrote; mirror exact with %d documents after the consumer resumed", maxLen, docs)
+	t.Logf("stream peaked at %d entries with --max-backlog 300 while writers wrote; used_memory %d bytes when paused, %d after; mirror exact with %d documents after the consumer resumed", maxLen, memPaused, memEnd, docs)
 	c.kill()
 }
 
@@ -381,4 +394,18 @@ func TestTrim_NoGroupKeepsMaxStreamLen(t *testing.T) {
 	if !strings.Contains(logs.String(), "no consumer group") {
 		t.Errorf("no warning about trimming without groups:\n%s", logs)
 	}
+}
+
+// usedMemory reads INFO memory's used_memory.
+func usedMemory(t *testing.T, rdb *redis.Client) int64 {
+	t.Helper()
+	info, err := rdb.InfoMap(context.Background(), "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseInt(info["Memory"]["used_memory"], 10, 64)
+	if err != nil {
+		t.Fatalf("INFO memory: used_memory: %v", err)
+	}
+	return n
 }
