@@ -1,0 +1,194 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"testing"
+
+	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/tests/esemu"
+)
+
+// figure is one line of docs/RELIABILITY.md: a scenario, how often its
+// fault struck, and what the feed lost, duplicated or wrongly emitted.
+type figure struct {
+	Scenario string `json:"scenario"`
+	Test     string `json:"test"`
+	// Faults is how many times the fault was applied (kills, pauses,
+	// restarts, injected errors).
+	Faults  int `json:"faults"`
+	Entries int `json:"entries"` // stream entries checked
+	Docs    int `json:"docs"`    // documents in the source at the end
+	// Lost, Duplicated and Wrong come from audit (or, for consumers, from
+	// the target compared with the source); the goal is 0 each.
+	Lost       int    `json:"lost"`
+	Duplicated int    `json:"duplicated"`
+	Wrong      int    `json:"wrong"`
+	Note       string `json:"note,omitempty"`
+}
+
+var figuresMu sync.Mutex
+
+// record logs the figure and, when ESCF_FIGURES names a file, appends it
+// there as a JSON line (make reliability collects them into a table). Any
+// loss, duplicate or wrong event fails the test.
+func record(tb testing.TB, f figure) {
+	tb.Helper()
+	f.Test = tb.Name()
+	b, err := json.Marshal(f)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Logf("FIGURE %s", b)
+	if path := os.Getenv("ESCF_FIGURES"); path != "" {
+		figuresMu.Lock()
+		defer figuresMu.Unlock()
+		fh, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			tb.Fatalf("ESCF_FIGURES: %v", err)
+		}
+		defer fh.Close()
+		if _, err := fh.Write(append(b, '\n')); err != nil {
+			tb.Fatalf("ESCF_FIGURES: %v", err)
+		}
+	}
+	if f.Lost+f.Duplicated+f.Wrong != 0 {
+		tb.Errorf("%s: %d lost, %d duplicated, %d wrong (want 0 each)", f.Scenario, f.Lost, f.Duplicated, f.Wrong)
+	}
+}
+
+// auditResult counts what a stream got wrong against the cluster.
+type auditResult struct {
+	Entries    int
+	Docs       int
+	Deletes    int
+	Lost       int      // documents whose last state the stream does not replay to
+	Duplicated int      // an op delivered twice, or two deletes in a row
+	Wrong      int      // events for ops the cluster's history does not hold
+	Problems   []string // the first few, for the failure message
+}
+
+func (a *auditResult) problem(format string, args ...any) {
+	if len(a.Problems) < 20 {
+		a.Problems = append(a.Problems, fmt.Sprintf(format, args...))
+	}
+}
+
+// audit checks the events of the named indices against the cluster's own
+// histories:
+//   - Lost: documents whose replayed state differs from the primaries'
+//     visible documents (missing, stale, or deleted but still present);
+//   - Duplicated: the same (index, shard, seq_no) upsert twice, or a second
+//     delete of a document with no upsert in between;
+//   - Wrong: an upsert whose (seq_no, primary_term, _id) is not an index op
+//     of the shard's final history (an op a failover discarded), or a
+//     delete with no delete op in the history after the version last
+//     delivered (a false delete).
+//
+// Events of other indices are ignored.
+func audit(tb testing.TB, c *esemu.Cluster, indices []string, evs []redisx.Event) auditResult {
+	tb.Helper()
+	var a auditResult
+	type opKey struct {
+		uuid  string
+		shard int
+		seq   int64
+	}
+	history := map[opKey]esemu.Op{}
+	deletedAt := map[docKey][]int64{}
+	uuids := map[string]bool{}
+	want := map[docKey]doc{}
+	for _, ix := range indices {
+		uuid := indexUUID(tb, c, ix)
+		uuids[uuid] = true
+		for k, d := range clusterDocs(tb, c, ix) {
+			want[k] = d
+		}
+		for n := 0; ; n++ {
+			st, err := c.ShardState(ix, n)
+			if err != nil {
+				break
+			}
+			primary := -1
+			for i, cp := range st.Copies {
+				if cp.Primary && cp.Started {
+					primary = i
+				}
+			}
+			hist, err := c.History(ix, n, primary)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			for _, o := range hist {
+				history[opKey{uuid, n, o.SeqNo}] = o
+				if o.Type == "delete" {
+					k := docKey{uuid, n, o.ID}
+					deletedAt[k] = append(deletedAt[k], o.SeqNo)
+				}
+			}
+		}
+	}
+	var mine []redisx.Event
+	for _, e := range evs {
+		if uuids[e.IndexUUID] {
+			mine = append(mine, e)
+		}
+	}
+	a.Entries, a.Docs = len(mine), len(want)
+	seen := map[opKey]bool{}
+	lastUpsert := map[docKey]int64{}
+	lastOp := map[docKey]redisx.Op{}
+	for _, e := range mine {
+		k := docKey{e.IndexUUID, e.Shard, e.ID}
+		switch e.Op {
+		case redisx.OpUpsert:
+			ok := opKey{e.IndexUUID, e.Shard, e.SeqNo}
+			if seen[ok] {
+				a.Duplicated++
+				a.problem("duplicate upsert %v seq %d (entry %s)", k, e.SeqNo, e.StreamID)
+			}
+			seen[ok] = true
+			if h, found := history[ok]; !found || h.Type != "index" || h.ID != e.ID || h.PrimaryTerm != e.PrimaryTerm {
+				a.Wrong++
+				a.problem("upsert %v seq %d term %d is not in the shard's history (history has %+v)", k, e.SeqNo, e.PrimaryTerm, h)
+			}
+			lastUpsert[k] = e.SeqNo
+		case redisx.OpDelete:
+			a.Deletes++
+			if lastOp[k] == redisx.OpDelete {
+				a.Duplicated++
+				a.problem("second delete of %v without an upsert between (entry %s)", k, e.StreamID)
+			}
+			u, delivered := lastUpsert[k]
+			real := false
+			for _, seq := range deletedAt[k] {
+				real = real || seq > u
+			}
+			if !delivered || !real {
+				a.Wrong++
+				a.problem("false delete of %v (last delivered seq %d, delivered %v; delete ops at %v)", k, u, delivered, deletedAt[k])
+			}
+		default:
+			continue
+		}
+		lastOp[k] = e.Op
+	}
+	got := replay(mine)
+	for k, w := range want {
+		if g, ok := got[k]; !ok || g != w {
+			a.Lost++
+			a.problem("lost %v: stream replays %+v (present %v), cluster has %+v", k, g, ok, w)
+		}
+	}
+	for k, g := range got {
+		if _, ok := want[k]; !ok {
+			a.Lost++ // a delete the stream never carried
+			a.problem("lost delete of %v (stream still has seq %d)", k, g.seq)
+		}
+	}
+	sort.Strings(a.Problems)
+	return a
+}
