@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -145,65 +143,6 @@ func bulkVersion(tb testing.TB, seq int64) int64 {
 		tb.Fatal(err)
 	}
 	return v
-}
-
-// TestConsume_BulkMirror: the relay plus 3 `consume --sink bulk` processes
-// mirror an index into a second cluster while 4 writers index, update and
-// delete for 8s; consumer processes are SIGKILLed at random (at least 10
-// times) and restarted. Afterwards the mirror equals the source: ids,
-// sources, versions. Nothing is lost: every event is acked or
-// dead-lettered.
-func TestConsume_BulkMirror(t *testing.T) {
-	d := 8 * time.Second
-	kills := 12
-	if testing.Short() {
-		d, kills = 3*time.Second, 4
-	}
-	src := cluster(t, esemu.Config{Nodes: 2, OutOfOrder: true})
-	dst := cluster(t, esemu.Config{})
-	createIndex(t, src, "orders", 3, 1)
-	createIndex(t, dst, "orders", 2, 0)
-	srv := redistest.Start(t)
-	f := startRelayDeletes(t, src, srv.URL(), "shop", []string{"orders"}, func(dc *deletes.Config) {
-		dc.Interval = 200 * time.Millisecond
-	}, nil)
-	procs := make([]*proc, 3)
-	for i := range procs {
-		procs[i] = startBinary(t, consumeArgs(srv.URL(), "shop", "mirror", fmt.Sprintf("c%d", i), dst.URL())...)
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := 0; i < 4; i++ {
-		w := &writer{url: src.URL(), index: "orders", id: i, rng: rand.New(rand.NewPCG(uint64(i), 31)), routing: map[string]string{}, deletes: true}
-		wg.Add(1)
-		go func() { defer wg.Done(); w.run(t, stop) }()
-	}
-	rng := rand.New(rand.NewPCG(8, 8))
-	interval := d / time.Duration(kills+1)
-	for k := 0; k < kills; k++ {
-		time.Sleep(interval)
-		i := rng.IntN(len(procs))
-		procs[i].kill()
-		procs[i] = startBinary(t, consumeArgs(srv.URL(), "shop", "mirror", fmt.Sprintf("c%d", i), dst.URL())...)
-	}
-	time.Sleep(interval)
-	close(stop)
-	wg.Wait()
-	waitCaughtUp(t, src, f.store, []string{"orders"}, 30*time.Second)
-	waitMirror(t, src, f, "orders", 30*time.Second) // deletes found and in the stream
-	rdb := srv.Client(t)
-	waitGroupDone(t, rdb, f.keys.Events(), "mirror", 60*time.Second)
-	docs := compareMirror(t, src, dst, "orders")
-	total, _ := rdb.XLen(context.Background(), f.keys.Events()).Result()
-	dead, _ := rdb.XLen(context.Background(), f.keys.Dead()).Result()
-	t.Logf("%d SIGKILLs; %d events, %d dead-lettered, 0 pending; mirror exact with %d documents; %d double applications seen at the sink (409 conflicts), 0 effective",
-		kills, total, dead, docs, dst.VersionConflicts())
-	if dead != 0 {
-		t.Fatalf("%d events dead-lettered: nothing should fail here", dead)
-	}
-	for _, p := range procs {
-		_ = p.cmd.Process.Signal(os.Interrupt)
-	}
 }
 
 // TestConsume_RedisCliConsumer: a consumer written with plain redis-cli

@@ -216,72 +216,6 @@ func countOps(evs []redisx.Event, id string, op redisx.Op) int {
 	return n
 }
 
-// TestDeletes_PartialFailuresNeverDelete: shard copies fail searches during
-// listings and a node dies mid-scan, over many rounds: zero false deletes;
-// scans retry and complete once the faults clear.
-func TestDeletes_PartialFailuresNeverDelete(t *testing.T) {
-	for _, listing := range []string{"pit", "scroll"} {
-		t.Run(listing, func(t *testing.T) {
-			c := cluster(t, esemu.Config{Nodes: 3, OutOfOrder: true, NodeLeftDelay: 200 * time.Millisecond})
-			createIndex(t, c, "flaky", 2, 1)
-			srv := redistest.Start(t)
-			logs := &lockedLog{}
-			f := startRelayDeletes(t, c, srv.URL(), "flaky", []string{"flaky"}, func(dc *deletes.Config) {
-				dc.Interval = 50 * time.Millisecond
-				dc.Listing = listing
-				dc.PageSize = 25
-			}, nil)
-			_ = logs
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			writers := make([]*writer, 2)
-			for i := range writers {
-				writers[i] = &writer{url: c.URL(), index: "flaky", id: i, rng: rand.New(rand.NewPCG(uint64(i), 5)),
-					routing: map[string]string{}, deletes: true, tolerant: true}
-				wg.Add(1)
-				go func(w *writer) { defer wg.Done(); w.run(t, stop) }(writers[i])
-			}
-			// Chaos: failing shard reads on random copies, failing or
-			// timed-out listing requests, and node kills.
-			rng := rand.New(rand.NewPCG(9, 9))
-			for round := 0; round < 60; round++ {
-				switch rng.IntN(5) {
-				case 0:
-					copySel := []string{esemu.CopyAny, esemu.CopyPrimary, esemu.CopyReplica}[rng.IntN(3)]
-					_ = c.FailShardSearches("flaky", rng.IntN(2), copySel, 1+rng.IntN(3))
-				case 1:
-					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindPIT, Status: 503})
-					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindScroll, Status: 500})
-				case 2:
-					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindScroll, TimedOut: true})
-					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindSearch, TimedOut: true, Count: 2})
-				case 3:
-					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindCount, Status: 429})
-					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindScroll, Drop: true})
-				case 4:
-					n := rng.IntN(3)
-					if err := c.KillNode(n); err == nil {
-						time.Sleep(time.Duration(20+rng.IntN(150)) * time.Millisecond)
-						_ = c.RestartNode(n)
-					}
-				}
-				time.Sleep(time.Duration(30+rng.IntN(70)) * time.Millisecond)
-			}
-			close(stop)
-			wg.Wait()
-			c.ClearFaults()
-			waitCaughtUp(t, c, f.store, []string{"flaky"}, 30*time.Second)
-			evs := waitMirror(t, c, f, "flaky", 30*time.Second)
-			n := checkDeletes(t, c, "flaky", evs)
-			st := f.scanner.Stats()
-			t.Logf("%s: %d delete events, 0 false; scans due %d, listings %d, aborted %d", listing, n, st.Due, st.Listings, st.Aborted)
-			if st.Aborted == 0 {
-				t.Errorf("no scan was aborted: the faults did not hit a listing")
-			}
-		})
-	}
-}
-
 // TestDeletes_AppendOnlyCostsNothing: an index that only gets new documents
 // never needs a listing, a count, or a scroll/PIT: the gap proof holds.
 func TestDeletes_AppendOnlyCostsNothing(t *testing.T) {
@@ -399,47 +333,6 @@ func TestDeletes_IndexGone(t *testing.T) {
 				t.Fatalf("keys of the deleted index remain: %v", keys)
 			}
 		})
-	}
-}
-
-// TestDeletes_CrashSafety kills the relay binary (with --deletes) at random
-// moments, during reads, scans and commits, at least 10 times: no duplicate
-// delete, no false delete, no lost delete.
-func TestDeletes_CrashSafety(t *testing.T) {
-	kills := 12
-	if testing.Short() {
-		kills = 4
-	}
-	c := cluster(t, esemu.Config{Nodes: 2, OutOfOrder: true})
-	createIndex(t, c, "crashdel", 2, 1)
-	srv := redistest.Start(t)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	writers := make([]*writer, 3)
-	for i := range writers {
-		writers[i] = &writer{url: c.URL(), index: "crashdel", id: i, rng: rand.New(rand.NewPCG(uint64(i), 21)),
-			routing: map[string]string{}, deletes: true}
-		wg.Add(1)
-		go func(w *writer) { defer wg.Done(); w.run(t, stop) }(writers[i])
-	}
-	args := relayArgs(c, srv.URL(), "crashdel", "crashdel", "--deletes", "--delete-scan-interval", "30ms")
-	rng := rand.New(rand.NewPCG(4, 2))
-	for i := 0; i < kills; i++ {
-		p := startBinary(t, args...)
-		time.Sleep(time.Duration(300+rng.IntN(900)) * time.Millisecond)
-		p.kill()
-	}
-	close(stop)
-	wg.Wait()
-	p := startBinary(t, args...)
-	waitCaughtUp(t, c, storeFor(t, srv, "crashdel"), []string{"crashdel"}, 30*time.Second)
-	f := &feed{rdb: srv.Client(t), keys: redisx.NewKeys("crashdel")}
-	evs := waitMirror(t, c, f, "crashdel", 30*time.Second)
-	p.kill()
-	n := checkDeletes(t, c, "crashdel", evs)
-	t.Logf("%d kills, %d entries, %d delete events: 0 duplicates, 0 false, 0 lost", kills, len(evs), n)
-	if n == 0 {
-		t.Fatal("no delete event: the test did not exercise scans")
 	}
 }
 

@@ -3,10 +3,13 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/tests/esemu"
@@ -191,4 +194,96 @@ func audit(tb testing.TB, c *esemu.Cluster, indices []string, evs []redisx.Event
 	}
 	sort.Strings(a.Problems)
 	return a
+}
+
+// TestAudit_CatchesWhatItClaims feeds audit streams with one fault each
+// (built from the cluster's own history) and checks it counts them: the
+// suite's zeros mean something only if audit can say otherwise.
+func TestAudit_CatchesWhatItClaims(t *testing.T) {
+	c := cluster(t, esemu.Config{Nodes: 2, OutOfOrder: true, MaxCompletionDelay: time.Second})
+	createIndex(t, c, "audited", 1, 1)
+	var bulk strings.Builder
+	for i := 0; i < 6; i++ {
+		fmt.Fprintf(&bulk, "{\"index\":{\"_index\":\"audited\",\"_id\":\"d%d\"}}\n{\"i\":%d}\n", i, i)
+	}
+	bulk.WriteString("{\"index\":{\"_index\":\"audited\",\"_id\":\"d0\"}}\n{\"i\":100}\n")
+	bulk.WriteString("{\"delete\":{\"_index\":\"audited\",\"_id\":\"d1\"}}\n")
+	mustDo(t, "POST", c.URL()+"/_bulk", bulk.String())
+	uuid := indexUUID(t, c, "audited")
+	hist, err := c.History("audited", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	event := func(o esemu.Op) redisx.Event {
+		return redisx.Event{Op: redisx.OpUpsert, Index: "audited", IndexUUID: uuid, ID: o.ID, SeqNo: o.SeqNo,
+			PrimaryTerm: o.PrimaryTerm, Version: o.Version, Source: o.Source}
+	}
+	var good []redisx.Event
+	for _, o := range hist {
+		if o.Type == "index" {
+			good = append(good, event(o))
+		}
+	}
+	del := redisx.Event{Op: redisx.OpDelete, Index: "audited", IndexUUID: uuid, ID: "d1", SeqNo: hist[len(hist)-1].SeqNo}
+	good = append(good, del)
+	with := func(evs ...redisx.Event) []redisx.Event { return append(append([]redisx.Event(nil), good...), evs...) }
+
+	// A discarded op: the primary applied it, the replica had not when the
+	// primary's node died.
+	go func() {
+		// Fails when the primary dies: that is the point.
+		req, _ := http.NewRequest("PUT", c.URL()+"/audited/_doc/lost", strings.NewReader(`{"lost":true}`))
+		req.Header.Set("Content-Type", "application/json")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	node, ok := primaryAhead(t, c, "audited", 0, 5*time.Second)
+	if !ok {
+		t.Fatal("the primary never got ahead of its replica")
+	}
+	st, _ := c.ShardState("audited", 0)
+	var primary int
+	for i, cp := range st.Copies {
+		if cp.Primary {
+			primary = i
+		}
+	}
+	before, _ := c.History("audited", 0, primary)
+	discarded := event(before[len(before)-1])
+	if err := c.KillNode(node); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := c.ShardState("audited", 0); st.DiscardedOps == 0 {
+		t.Fatal("the failover discarded nothing")
+	}
+
+	tests := []struct {
+		name                  string
+		evs                   []redisx.Event
+		lost, dup, wrong, del int
+	}{
+		{"exact", good, 0, 0, 0, 1},
+		{"an upsert missing", append(append([]redisx.Event(nil), good[:2]...), good[3:]...), 1, 0, 0, 1},
+		{"the delete missing", good[:len(good)-1], 1, 0, 0, 0},
+		{"an upsert twice", with(good[2]), 0, 1, 0, 1},
+		{"a delete twice", with(del), 0, 1, 0, 2},
+		{"a false delete", with(redisx.Event{Op: redisx.OpDelete, Index: "audited", IndexUUID: uuid, ID: "d3", SeqNo: 99}), 1, 0, 1, 2},
+		{"a wrong primary term", func() []redisx.Event {
+			evs := with()
+			evs[3].PrimaryTerm++
+			return evs
+		}(), 0, 0, 1, 1},
+		{"an event for a discarded op", with(discarded), 1, 0, 1, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := audit(t, c, []string{"audited"}, tt.evs)
+			got := [4]int{a.Lost, a.Duplicated, a.Wrong, a.Deletes}
+			want := [4]int{tt.lost, tt.dup, tt.wrong, tt.del}
+			if got != want {
+				t.Errorf("lost, duplicated, wrong, deletes = %v, want %v\n%s", got, want, strings.Join(a.Problems, "\n"))
+			}
+		})
+	}
 }

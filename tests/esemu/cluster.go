@@ -469,12 +469,15 @@ type CopyState struct {
 
 // ShardState is a snapshot of one shard.
 type ShardState struct {
-	Index            string      `json:"index"`
-	Shard            int         `json:"shard"`
-	PrimaryTerm      int64       `json:"primary_term"`
-	GlobalCheckpoint int64       `json:"global_checkpoint"`
-	NextSeqNo        int64       `json:"next_seq_no"`
-	Copies           []CopyState `json:"copies"`
+	Index            string `json:"index"`
+	Shard            int    `json:"shard"`
+	PrimaryTerm      int64  `json:"primary_term"`
+	GlobalCheckpoint int64  `json:"global_checkpoint"`
+	NextSeqNo        int64  `json:"next_seq_no"`
+	// DiscardedOps counts the seq nos failovers took back: ops a promoted
+	// copy had not processed (they were never acknowledged).
+	DiscardedOps int64       `json:"discarded_ops"`
+	Copies       []CopyState `json:"copies"`
 }
 
 // ShardState returns the state of shard num of the index.
@@ -485,7 +488,7 @@ func (c *Cluster) ShardState(indexName string, num int) (ShardState, error) {
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	st := ShardState{Index: indexName, Shard: num, PrimaryTerm: s.term, GlobalCheckpoint: s.gcp, NextSeqNo: s.nextSeq}
+	st := ShardState{Index: indexName, Shard: num, PrimaryTerm: s.term, GlobalCheckpoint: s.gcp, NextSeqNo: s.nextSeq, DiscardedOps: s.lost}
 	for _, cp := range s.copies {
 		st.Copies = append(st.Copies, CopyState{
 			Node: cp.node, Primary: cp.primary, Started: cp.started, InSync: cp.inSync,

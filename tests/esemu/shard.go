@@ -601,6 +601,9 @@ func (s *shard) promote(np *shardCopy) {
 	np.apply(fill)
 	np.refresh()
 	s.nextSeq = np.maxSeq + 1
+	// Discarded: the seq nos the old primary handed out that the new one
+	// lacks, whether now filled with no-ops or above its max seq no.
+	s.lost += int64(len(fill))
 	if s.nextSeq < before {
 		s.lost += before - s.nextSeq
 	}

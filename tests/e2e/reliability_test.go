@@ -1,0 +1,590 @@
+package e2e
+
+// The reliability suite: each TestReliability_* applies one kind of fault
+// production applies, many times, and ends with an audit of the stream
+// against the cluster's own histories (and, for consumers, of the target
+// against the source). Each records a figure; `make reliability` collects
+// them for docs/RELIABILITY.md.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/es-changefeed/es-changefeed/deletes"
+	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/relay"
+	"github.com/es-changefeed/es-changefeed/tests/esemu"
+	"github.com/es-changefeed/es-changefeed/tests/redistest"
+)
+
+// startWriters runs n writers on the index until the returned stop is
+// called (which waits for them). Their seeds derive from seed.
+func startWriters(tb testing.TB, c *esemu.Cluster, index string, n int, seed uint64, deletes, tolerant bool) (stop func() []*writer) {
+	tb.Helper()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	ws := make([]*writer, n)
+	for i := range ws {
+		ws[i] = &writer{url: c.URL(), index: index, id: i, rng: rand.New(rand.NewPCG(uint64(i), seed)),
+			routing: map[string]string{}, deletes: deletes, tolerant: tolerant}
+		wg.Add(1)
+		go func(w *writer) { defer wg.Done(); w.run(tb, done) }(ws[i])
+	}
+	var once sync.Once
+	return func() []*writer {
+		once.Do(func() { close(done); wg.Wait() })
+		return ws
+	}
+}
+
+func writerOps(ws []*writer) (ops, failed int) {
+	for _, w := range ws {
+		ops += w.ops
+		failed += w.failed
+	}
+	return ops, failed
+}
+
+// auditStream waits until the stream replays to the indices (deletes come
+// from scans after the reads caught up), audits it and fails with the first
+// problems if anything is off.
+func auditStream(tb testing.TB, c *esemu.Cluster, f *feed, indices []string, timeout time.Duration) auditResult {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		a := audit(tb, c, indices, entries(tb, f.rdb, f.keys.Events()))
+		if a.Lost+a.Duplicated+a.Wrong == 0 || time.Now().After(deadline) {
+			if a.Duplicated+a.Wrong != 0 || a.Lost != 0 {
+				tb.Logf("audit problems:\n%s", strings.Join(a.Problems, "\n"))
+			}
+			return a
+		}
+		if a.Duplicated+a.Wrong != 0 {
+			// Duplicates and wrong events never heal: report now.
+			tb.Logf("audit problems:\n%s", strings.Join(a.Problems, "\n"))
+			return a
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// binaryFeed is the feed a relay binary writes, for the in-process checks.
+func binaryFeed(tb testing.TB, srv *redistest.Server, name string) *feed {
+	tb.Helper()
+	return &feed{name: name, rdb: srv.Client(tb), keys: redisx.NewKeys(name), store: storeFor(tb, srv, name)}
+}
+
+// TestReliability_RelaySIGKILL kills the relay binary (with --deletes) at
+// random moments — mid-read, mid-scan, mid-commit, while waiting out the
+// previous owner's lease — 20 times while 4 writers index, update and
+// delete, restarting it each time. The stream must hold every change once:
+// no (index, shard, seq_no) twice, no delete twice or false, and it replays
+// to exactly the index.
+func TestReliability_RelaySIGKILL(t *testing.T) {
+	kills := 20
+	if testing.Short() {
+		kills = 5
+	}
+	c := cluster(t, esemu.Config{Nodes: 3, OutOfOrder: true})
+	createIndex(t, c, "crash", 3, 1)
+	srv := redistest.Start(t)
+	stopWriters := startWriters(t, c, "crash", 4, 7, true, false)
+	args := relayArgs(c, srv.URL(), "crash", "crash", "--deletes", "--delete-scan-interval", "30ms")
+	rng := rand.New(rand.NewPCG(42, 42))
+	for i := 0; i < kills; i++ {
+		p := startBinary(t, args...)
+		time.Sleep(time.Duration(150+rng.IntN(850)) * time.Millisecond)
+		p.kill()
+	}
+	ops, _ := writerOps(stopWriters())
+	p := startBinary(t, args...)
+	f := binaryFeed(t, srv, "crash")
+	waitCaughtUp(t, c, f.store, []string{"crash"}, 30*time.Second)
+	a := auditStream(t, c, f, []string{"crash"}, 30*time.Second)
+	p.kill()
+	if a.Deletes == 0 {
+		t.Fatal("no delete event: the scenario did not exercise delete scans")
+	}
+	record(t, figure{Scenario: "relay SIGKILL, 4 writers, --deletes", Faults: kills, Entries: a.Entries, Docs: a.Docs,
+		Lost: a.Lost, Duplicated: a.Duplicated, Wrong: a.Wrong,
+		Note: fmt.Sprintf("%d writes; %d delete events", ops, a.Deletes)})
+}
+
+// TestReliability_ConsumerSIGKILL: the relay plus 3 `consume --sink bulk`
+// processes mirror an index into a second cluster while 4 writers index,
+// update and delete; consumer processes are SIGKILLed at random 20 times
+// and restarted. Afterwards the mirror equals the source (ids, sources,
+// versions), nothing is pending or dead-lettered, and the redeliveries
+// (entries a killed consumer left pending) are counted.
+func TestReliability_ConsumerSIGKILL(t *testing.T) {
+	d, kills := 10*time.Second, 20
+	if testing.Short() {
+		d, kills = 3*time.Second, 4
+	}
+	src := cluster(t, esemu.Config{Nodes: 2, OutOfOrder: true})
+	dst := cluster(t, esemu.Config{})
+	createIndex(t, src, "orders", 3, 1)
+	createIndex(t, dst, "orders", 2, 0)
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	f := startRelayDeletes(t, src, srv.URL(), "shop", []string{"orders"}, func(dc *deletes.Config) {
+		dc.Interval = 200 * time.Millisecond
+	}, nil)
+	procs := make([]*proc, 3)
+	name := func(i int) string { return fmt.Sprintf("c%d", i) }
+	for i := range procs {
+		procs[i] = startBinary(t, consumeArgs(srv.URL(), "shop", "mirror", name(i), dst.URL())...)
+	}
+	stopWriters := startWriters(t, src, "orders", 4, 31, true, false)
+	rng := rand.New(rand.NewPCG(8, 8))
+	interval := d / time.Duration(kills+1)
+	leftPending := 0
+	for k := 0; k < kills; k++ {
+		time.Sleep(interval)
+		i := rng.IntN(len(procs))
+		procs[i].kill()
+		// What the killed consumer had read but not acked is redelivered
+		// (reclaimed by a live consumer, or re-read by its successor).
+		pend, err := rdb.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: f.keys.Events(), Group: "mirror",
+			Start: "-", End: "+", Count: 100000, Consumer: name(i)}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		leftPending += len(pend)
+		procs[i] = startBinary(t, consumeArgs(srv.URL(), "shop", "mirror", name(i), dst.URL())...)
+	}
+	time.Sleep(interval)
+	ops, _ := writerOps(stopWriters())
+	waitCaughtUp(t, src, f.store, []string{"orders"}, 30*time.Second)
+	a := auditStream(t, src, f, []string{"orders"}, 30*time.Second)
+	waitGroupDone(t, rdb, f.keys.Events(), "mirror", 60*time.Second)
+	lost := mirrorLost(t, src, dst, "orders")
+	dead, _ := rdb.XLen(context.Background(), f.keys.Dead()).Result()
+	if dead != 0 {
+		t.Errorf("%d events dead-lettered: nothing should fail here", dead)
+	}
+	for _, p := range procs {
+		_ = p.cmd.Process.Signal(os.Interrupt)
+	}
+	record(t, figure{Scenario: "consumer SIGKILL, 3 consumers, bulk sink", Faults: kills, Entries: a.Entries, Docs: a.Docs,
+		Lost: lost + a.Lost, Duplicated: a.Duplicated, Wrong: a.Wrong,
+		Note: fmt.Sprintf("%d writes; %d entries left pending by killed consumers and redelivered; %d applied twice at the target and refused by its version check (409), 0 effective; %d dead letters",
+			ops, leftPending, dst.VersionConflicts(), dead)})
+}
+
+// mirrorLost counts the source documents the target does not hold exactly
+// (id, source, version), plus target documents the source does not have.
+func mirrorLost(tb testing.TB, src, dst *esemu.Cluster, index string) int {
+	tb.Helper()
+	want := clusterDocs(tb, src, index)
+	got := targetDocs(tb, dst, index)
+	n := 0
+	for k, d := range want {
+		m, ok := got[k.id]
+		if !ok || m.source != d.source || m.version != bulkVersion(tb, d.seq) {
+			n++
+			if n <= 10 {
+				tb.Logf("target differs for %s: %+v, source %+v", k.id, m, d)
+			}
+		}
+		delete(got, k.id)
+	}
+	for id := range got {
+		n++
+		tb.Logf("target has %s, which the source does not", id)
+	}
+	return n
+}
+
+// TestReliability_ESNodeKilled: 3 nodes, 2 shards × 1 replica, writers
+// running. Each round catches a shard whose primary has applied ops its
+// replica has not (they are above the global checkpoint, made visible by a
+// refresh), kills the primary's node — the replica is promoted and those ops
+// are discarded — and brings the node back. The relay (with --deletes)
+// reads only up to the gcp, so no event may exist for a discarded op, and
+// after recovery the stream replays to exactly the index.
+func TestReliability_ESNodeKilled(t *testing.T) {
+	rounds := 8
+	if testing.Short() {
+		rounds = 3
+	}
+	c := cluster(t, esemu.Config{Nodes: 3, OutOfOrder: true, MaxCompletionDelay: 150 * time.Millisecond,
+		NodeLeftDelay: 300 * time.Millisecond})
+	createIndex(t, c, "nodes", 2, 1)
+	srv := redistest.Start(t)
+	p := startBinary(t, relayArgs(c, srv.URL(), "nodes", "nodes", "--deletes", "--delete-scan-interval", "50ms")...)
+	stopWriters := startWriters(t, c, "nodes", 4, 13, true, true)
+	killed := 0
+	for r := 0; r < rounds; r++ {
+		time.Sleep(200 * time.Millisecond)
+		node, ok := primaryAhead(t, c, "nodes", r%2, 2*time.Second)
+		if !ok {
+			continue
+		}
+		mustDo(t, "POST", c.URL()+"/nodes/_refresh", "")
+		if err := c.KillNode(node); err != nil {
+			t.Fatal(err)
+		}
+		killed++
+		time.Sleep(time.Duration(200+100*(r%3)) * time.Millisecond)
+		if err := c.RestartNode(node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ops, failed := writerOps(stopWriters())
+	discarded := int64(0)
+	for n := 0; n < 2; n++ {
+		st, err := c.ShardState("nodes", n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		discarded += st.DiscardedOps
+	}
+	if killed < rounds/2 || discarded == 0 {
+		t.Fatalf("%d nodes killed, %d ops discarded: the scenario did not produce failovers that discard ops", killed, discarded)
+	}
+	f := binaryFeed(t, srv, "nodes")
+	waitAllStarted(t, c, "nodes", 2, 30*time.Second)
+	waitCaughtUp(t, c, f.store, []string{"nodes"}, 30*time.Second)
+	a := auditStream(t, c, f, []string{"nodes"}, 30*time.Second)
+	p.kill()
+	record(t, figure{Scenario: "ES primary's node killed (3 nodes, 1 replica), failovers discard ops above the gcp", Faults: killed,
+		Entries: a.Entries, Docs: a.Docs, Lost: a.Lost, Duplicated: a.Duplicated, Wrong: a.Wrong,
+		Note: fmt.Sprintf("%d writes (%d failed by failovers); %d ops discarded by failovers, 0 events for them; %d delete events", ops, failed, discarded, a.Deletes)})
+}
+
+// primaryAhead waits until shard num's primary has applied ops its started
+// replica has not, and returns the primary's node.
+func primaryAhead(tb testing.TB, c *esemu.Cluster, index string, num int, timeout time.Duration) (int, bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		st, err := c.ShardState(index, num)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		var primary *esemu.CopyState
+		replicaMax := int64(-2)
+		for i := range st.Copies {
+			cp := &st.Copies[i]
+			switch {
+			case cp.Primary && cp.Started:
+				primary = cp
+			case cp.Started && cp.InSync:
+				replicaMax = max(replicaMax, cp.MaxSeqNo)
+			}
+		}
+		if primary != nil && replicaMax > -2 && primary.MaxSeqNo > replicaMax {
+			return primary.Node, true
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return 0, false
+}
+
+// waitAllStarted waits until every copy of the index's shards is started.
+func waitAllStarted(tb testing.TB, c *esemu.Cluster, index string, shards int, timeout time.Duration) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok := true
+		for n := 0; n < shards; n++ {
+			st, err := c.ShardState(index, n)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			for _, cp := range st.Copies {
+				ok = ok && cp.Started
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s: copies still not started after %s", index, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestReliability_ESFaults: 429s, 503s, slow responses, dropped
+// connections, timed-out pages and failing shard copies, on every kind of
+// request the relay and its delete scans make, while writers index, update
+// and delete: each is retried, logged once per change of error, never
+// advances a checkpoint nor proves a delete, and the stream still mirrors
+// the index exactly.
+func TestReliability_ESFaults(t *testing.T) {
+	c := cluster(t, esemu.Config{Nodes: 2})
+	createIndex(t, c, "faulty", 2, 1)
+	srv := redistest.Start(t)
+	logs := &lockedLog{}
+	f := startRelayDeletes(t, c, srv.URL(), "faulty", []string{"faulty"}, func(dc *deletes.Config) {
+		dc.Interval = 50 * time.Millisecond
+		dc.PageSize = 20
+		dc.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	}, func(cfg *relay.Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	stopWriters := startWriters(t, c, "faulty", 2, 3, true, false)
+	faults := []esemu.Fault{
+		{Kind: esemu.KindSearch, Status: 429, Count: 6},
+		{Kind: esemu.KindStats, Status: 503, Count: 4},
+		{Kind: esemu.KindRefresh, Drop: true, Count: 2},
+		{Kind: esemu.KindSearch, TimedOut: true, Count: 3},
+		{Kind: esemu.KindSearch, Delay: 300 * time.Millisecond, Count: 2},
+		{Kind: esemu.KindCount, Status: 503, Count: 3},
+		{Kind: esemu.KindPIT, Status: 429, Count: 2},
+		{Kind: esemu.KindSearch, Drop: true, Count: 2},
+		{Kind: esemu.KindPIT, Delay: 200 * time.Millisecond, Count: 2},
+	}
+	applied := 0
+	for _, fl := range faults {
+		if err := c.InjectFault(fl); err != nil {
+			t.Fatal(err)
+		}
+		applied += fl.Count
+		waitFaultsTaken(t, c, 20*time.Second)
+	}
+	// Failing shard copies, during reads and during listings.
+	for n := 0; n < 6; n++ {
+		if err := c.FailShardSearches("faulty", n%2, []string{esemu.CopyAny, esemu.CopyPrimary, esemu.CopyReplica}[n%3], 3); err != nil {
+			t.Fatal(err)
+		}
+		applied += 3
+		time.Sleep(150 * time.Millisecond)
+	}
+	ops, _ := writerOps(stopWriters())
+	c.ClearFaults()
+	waitCaughtUp(t, c, f.store, []string{"faulty"}, 30*time.Second)
+	a := auditStream(t, c, f, []string{"faulty"}, 30*time.Second)
+	out := logs.String()
+	for _, want := range []string{"HTTP 429 es_rejected_execution_exception", "HTTP 503", "timed out", "node_disconnected_exception", "recovered"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("logs do not mention %q:\n%s", want, out)
+		}
+	}
+	// Eight 429s (six on searches, two on PIT opens) are at most three
+	// states — the relay's reads, the scanner's listing searches, its PIT
+	// opens — each logged once, not once per retry.
+	n429 := 0
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "HTTP 429") {
+			n429++
+		}
+	}
+	if n429 == 0 || n429 > 3 {
+		t.Errorf("eight 429s were logged in %d lines, want 1 to 3:\n%s", n429, out)
+	}
+	if a.Deletes == 0 {
+		t.Error("no delete event: the faults never met a delete scan")
+	}
+	st := f.scanner.Stats()
+	record(t, figure{Scenario: "ES 429/503/slow/dropped/timed-out/failing shard copies during reads and delete scans", Faults: applied,
+		Entries: a.Entries, Docs: a.Docs, Lost: a.Lost, Duplicated: a.Duplicated, Wrong: a.Wrong,
+		Note: fmt.Sprintf("%d writes; faults applied by kind %v; %d delete events; scans aborted by faults %d, 0 false deletes", ops, c.FaultHits(), a.Deletes, st.Aborted)})
+}
+
+// waitFaultsTaken waits until every injected fault was applied.
+func waitFaultsTaken(tb testing.TB, c *esemu.Cluster, timeout time.Duration) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for len(c.PendingFaults()) != 0 {
+		if time.Now().After(deadline) {
+			tb.Fatalf("faults not consumed within %s: %+v", timeout, c.PendingFaults())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestReliability_ESFaultsDuringScans: shard copies fail searches during
+// listings, listing requests fail or time out, and nodes die mid-scan, over
+// many rounds, for both listing methods: zero false deletes; scans retry
+// and complete once the faults clear.
+func TestReliability_ESFaultsDuringScans(t *testing.T) {
+	for _, listing := range []string{"pit", "scroll"} {
+		t.Run(listing, func(t *testing.T) {
+			c := cluster(t, esemu.Config{Nodes: 3, OutOfOrder: true, NodeLeftDelay: 200 * time.Millisecond})
+			createIndex(t, c, "flaky", 2, 1)
+			srv := redistest.Start(t)
+			f := startRelayDeletes(t, c, srv.URL(), "flaky", []string{"flaky"}, func(dc *deletes.Config) {
+				dc.Interval = 50 * time.Millisecond
+				dc.Listing = listing
+				dc.PageSize = 25
+			}, nil)
+			stopWriters := startWriters(t, c, "flaky", 2, 5, true, true)
+			rng := rand.New(rand.NewPCG(9, 9))
+			faults := 0
+			for round := 0; round < 60; round++ {
+				faults++
+				switch rng.IntN(5) {
+				case 0:
+					copySel := []string{esemu.CopyAny, esemu.CopyPrimary, esemu.CopyReplica}[rng.IntN(3)]
+					_ = c.FailShardSearches("flaky", rng.IntN(2), copySel, 1+rng.IntN(3))
+				case 1:
+					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindPIT, Status: 503})
+					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindScroll, Status: 500})
+				case 2:
+					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindScroll, TimedOut: true})
+					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindSearch, TimedOut: true, Count: 2})
+				case 3:
+					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindCount, Status: 429})
+					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindScroll, Drop: true})
+				case 4:
+					n := rng.IntN(3)
+					if err := c.KillNode(n); err == nil {
+						time.Sleep(time.Duration(20+rng.IntN(150)) * time.Millisecond)
+						_ = c.RestartNode(n)
+					}
+				}
+				time.Sleep(time.Duration(30+rng.IntN(70)) * time.Millisecond)
+			}
+			ops, failed := writerOps(stopWriters())
+			c.ClearFaults()
+			waitCaughtUp(t, c, f.store, []string{"flaky"}, 30*time.Second)
+			a := auditStream(t, c, f, []string{"flaky"}, 30*time.Second)
+			st := f.scanner.Stats()
+			if st.Aborted == 0 {
+				t.Errorf("no scan was aborted: the faults did not hit a listing")
+			}
+			record(t, figure{Scenario: "ES faults and node kills during delete scans (" + listing + " listings)", Faults: faults,
+				Entries: a.Entries, Docs: a.Docs, Lost: a.Lost, Duplicated: a.Duplicated, Wrong: a.Wrong,
+				Note: fmt.Sprintf("%d writes (%d failed by failovers); %d delete events, 0 false; scans due %d, listings %d, aborted %d",
+					ops, failed, a.Deletes, st.Due, st.Listings, st.Aborted)})
+		})
+	}
+}
+
+// TestReliability_TwoRelays: two relays on one feed, exactly one writes;
+// SIGKILL it and the other takes over within 2 × TTL; an owner paused
+// (SIGSTOP, like a long GC pause) past its lease while a third relay took
+// over has its next commit refused when it resumes. Only one relay ever
+// commits: no entry twice.
+func TestReliability_TwoRelays(t *testing.T) {
+	c := cluster(t, esemu.Config{})
+	createIndex(t, c, "leased", 2, 0)
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	keys := redisx.NewKeys("leased")
+	ttl := 500 * time.Millisecond
+	a := startBinary(t, relayArgs(c, srv.URL(), "leased", "leased")...)
+	holder := waitHolder(t, rdb.Get, keys.Lease(), "", 5*time.Second)
+	b := startBinary(t, relayArgs(c, srv.URL(), "leased", "leased")...)
+	stopWriters := startWriters(t, c, "leased", 2, 17, false, false)
+	time.Sleep(time.Second)
+	if h, _ := rdb.Get(context.Background(), keys.Lease()).Result(); h != holder {
+		t.Fatalf("lease moved from %q to %q while the owner lived", holder, h)
+	}
+	owner, standby := a, b
+	if !strings.Contains(a.out.String(), "acquired the lease") {
+		owner, standby = b, a
+	}
+	if strings.Contains(standby.out.String(), "acquired the lease") {
+		t.Fatalf("both relays acquired the lease:\nA:\n%s\nB:\n%s", a.out, b.out)
+	}
+	if !strings.Contains(standby.out.String(), "waiting as standby") {
+		t.Fatalf("the second relay does not say it is a standby:\n%s", standby.out)
+	}
+	// SIGKILL the owner: the standby takes over within 2 × TTL.
+	killed := time.Now()
+	owner.kill()
+	waitHolder(t, rdb.Get, keys.Lease(), holder, 2*ttl+300*time.Millisecond)
+	took := time.Since(killed)
+	if took > 2*ttl+100*time.Millisecond {
+		t.Errorf("takeover took %s, want within 2×TTL = %s", took, 2*ttl)
+	}
+	// Pause the new owner past its TTL (a stale owner): a third relay takes
+	// over; when the paused one resumes, its commit is refused and it
+	// becomes a standby.
+	holder2, _ := rdb.Get(context.Background(), keys.Lease()).Result()
+	paused := time.Now()
+	_ = standby.cmd.Process.Signal(syscall.SIGSTOP)
+	startBinary(t, relayArgs(c, srv.URL(), "leased", "leased")...)
+	waitHolder(t, rdb.Get, keys.Lease(), holder2, 5*time.Second)
+	time.Sleep(time.Second)
+	pause := time.Since(paused)
+	_ = standby.cmd.Process.Signal(syscall.SIGCONT)
+	ops, _ := writerOps(stopWriters())
+	f := binaryFeed(t, srv, "leased")
+	waitCaughtUp(t, c, f.store, []string{"leased"}, 10*time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(standby.out.String(), "lost the lease") && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(standby.out.String(), "lost the lease") {
+		t.Fatalf("the resumed stale owner did not notice it lost the lease:\n%s", standby.out)
+	}
+	au := auditStream(t, c, f, []string{"leased"}, 10*time.Second)
+	record(t, figure{Scenario: "two relays on one feed; an owner SIGSTOPped past its lease, then SIGCONT", Faults: 2,
+		Entries: au.Entries, Docs: au.Docs, Lost: au.Lost, Duplicated: au.Duplicated, Wrong: au.Wrong,
+		Note: fmt.Sprintf("%d writes; takeover after SIGKILL in %s (TTL %s); stale owner paused %s, its commit refused",
+			ops, took.Round(time.Millisecond), ttl, pause.Round(time.Millisecond))})
+}
+
+// TestReliability_LongOutage: the relay is stopped while writers keep
+// indexing, updating and deleting in one index and a data stream rolls
+// over twice; on restart it catches up exactly, including the backing
+// index created while it was away and the deletes made meanwhile.
+func TestReliability_LongOutage(t *testing.T) {
+	outage := 15 * time.Second
+	if testing.Short() {
+		outage = 3 * time.Second
+	}
+	c := cluster(t, esemu.Config{Nodes: 2, OutOfOrder: true})
+	createIndex(t, c, "orders", 2, 1)
+	mustDo(t, "PUT", c.URL()+"/_index_template/metrics", `{"index_patterns":["metrics-*"],"data_stream":{},"template":{"settings":{"number_of_shards":1,"number_of_replicas":1}}}`)
+	mustDo(t, "POST", c.URL()+"/metrics-app/_doc", `{"@timestamp":"2026-11-29T12:00:00Z","n":0}`)
+	srv := redistest.Start(t)
+	args := relayArgs(c, srv.URL(), "outage", "orders,metrics-app", "--deletes", "--delete-scan-interval", "100ms")
+	p := startBinary(t, args...)
+	stopWriters := startWriters(t, c, "orders", 3, 23, true, false)
+	appended := 0
+	appendMetrics := func(n int) {
+		for i := 0; i < n; i++ {
+			appended++
+			mustDo(t, "POST", c.URL()+"/metrics-app/_doc", fmt.Sprintf(`{"@timestamp":"2026-11-29T12:00:00Z","n":%d}`, appended))
+		}
+	}
+	appendMetrics(50)
+	time.Sleep(time.Second)
+	// The outage: a graceful stop, as for a deploy that then takes long.
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Wait()
+	f := binaryFeed(t, srv, "outage")
+	before, _ := f.rdb.XLen(context.Background(), f.keys.Events()).Result()
+	for i := 0; i < 2; i++ {
+		time.Sleep(outage / 3)
+		appendMetrics(100)
+		mustDo(t, "POST", c.URL()+"/metrics-app/_rollover", "")
+	}
+	time.Sleep(outage / 3)
+	appendMetrics(100)
+	ops, _ := writerOps(stopWriters())
+	indices := append([]string{"orders"}, resolveNames(t, c, "metrics-app")...)
+	if len(indices) != 4 {
+		t.Fatalf("indices %v: want orders and 3 backing indices", indices)
+	}
+	restarted := time.Now()
+	p = startBinary(t, args...)
+	waitCaughtUp(t, c, f.store, indices, 60*time.Second)
+	a := auditStream(t, c, f, indices, 30*time.Second)
+	caught := time.Since(restarted)
+	p.kill()
+	after, _ := f.rdb.XLen(context.Background(), f.keys.Events()).Result()
+	if a.Deletes == 0 {
+		t.Error("no delete event: the outage had no deletes to find")
+	}
+	record(t, figure{Scenario: "relay stopped for a long outage while writers write, delete and a data stream rolls over twice", Faults: 1,
+		Entries: a.Entries, Docs: a.Docs, Lost: a.Lost, Duplicated: a.Duplicated, Wrong: a.Wrong,
+		Note: fmt.Sprintf("outage %s: %d writes to orders, %d appends and 2 rollovers; %d entries before, %d after; caught up and mirrored in %s; %d delete events",
+			outage, ops, appended, before, after, caught.Round(time.Millisecond), a.Deletes)})
+}
