@@ -1,0 +1,92 @@
+// Command figures turns the figure lines the reliability suite writes
+// (ESCF_FIGURES=file go test ./tests/e2e/) into the Markdown table of
+// docs/RELIABILITY.md: one row per scenario, summed over the runs.
+//
+//	go run ./tests/figures FILE
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+type figure struct {
+	Scenario   string `json:"scenario"`
+	Test       string `json:"test"`
+	Faults     int    `json:"faults"`
+	Entries    int    `json:"entries"`
+	Docs       int    `json:"docs"`
+	Lost       int    `json:"lost"`
+	Duplicated int    `json:"duplicated"`
+	Wrong      int    `json:"wrong"`
+	Note       string `json:"note"`
+}
+
+type row struct {
+	figure
+	runs  int
+	notes []string
+}
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: go run ./tests/figures FILE (the ESCF_FIGURES file of a test run)")
+		os.Exit(2)
+	}
+	f, err := os.Open(os.Args[1])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "figures: %v\n", err)
+		os.Exit(1)
+	}
+	defer f.Close()
+	if err := table(f, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "figures: %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+// table reads figure lines from r and writes the table to w.
+func table(r io.Reader, w io.Writer) error {
+	var order []string
+	rows := map[string]*row{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		var fg figure
+		if err := json.Unmarshal(sc.Bytes(), &fg); err != nil {
+			return fmt.Errorf("line %d: %v", n, err)
+		}
+		rw, ok := rows[fg.Test]
+		if !ok {
+			rw = &row{figure: figure{Scenario: fg.Scenario, Test: fg.Test}}
+			rows[fg.Test] = rw
+			order = append(order, fg.Test)
+		}
+		rw.runs++
+		rw.Faults += fg.Faults
+		rw.Entries += fg.Entries
+		rw.Docs += fg.Docs
+		rw.Lost += fg.Lost
+		rw.Duplicated += fg.Duplicated
+		rw.Wrong += fg.Wrong
+		rw.notes = append(rw.notes, fg.Note)
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	if len(order) == 0 {
+		return fmt.Errorf("no figures: did the tests run (go test -run TestReliability)?")
+	}
+	fmt.Fprintln(w, "| scenario | test | runs | faults | entries checked | lost | duplicated | wrong | last run |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	for _, t := range order {
+		rw := rows[t]
+		fmt.Fprintf(w, "| %s | `%s` | %d | %d | %d | %d | %d | %d | %s |\n", rw.Scenario, rw.Test, rw.runs, rw.Faults,
+			rw.Entries, rw.Lost, rw.Duplicated, rw.Wrong, strings.ReplaceAll(rw.notes[len(rw.notes)-1], "|", "\\|"))
+	}
+	return nil
+}
