@@ -2,11 +2,14 @@
 #
 #   make test    install redis-server if missing, then go test -race ./...
 #   make bench   the benchmarks reported in docs/PERFORMANCE.md
+#   make reliability [RUNS=n]
+#                the reliability suite (also part of make test) n times,
+#                then its figures as the table of docs/RELIABILITY.md
 
 GO ?= go
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: test bench vet redis-server build
+.PHONY: test bench vet redis-server build reliability
 
 build:
 	$(GO) build ./...
@@ -28,3 +31,11 @@ test: redis-server vet
 
 bench: redis-server
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./tests/esemu/ | tee /tmp/esemu-bench.txt
+
+RUNS ?= 1
+FIGURES ?= /tmp/escf-figures.jsonl
+
+reliability: redis-server
+	@rm -f $(FIGURES)
+	ESCF_FIGURES=$(FIGURES) $(GO) test -count=$(RUNS) -timeout 60m -run 'TestReliability|TestAudit' ./tests/e2e/
+	$(GO) run ./tests/figures $(FIGURES)
