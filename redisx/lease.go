@@ -117,6 +117,13 @@ func (l *Lease) TryAcquire(ctx context.Context) (bool, error) {
 	}
 	if ok {
 		l.mu.Lock()
+		if !l.held {
+			select {
+			case <-l.lost: // lost before: a fresh channel for this tenure
+				l.lost = make(chan struct{})
+			default:
+			}
+		}
 		l.held = true
 		l.mu.Unlock()
 	}
@@ -199,8 +206,13 @@ func (l *Lease) markLost() {
 	}
 }
 
-// Lost is closed when Keep finds the lease lost.
-func (l *Lease) Lost() <-chan struct{} { return l.lost }
+// Lost is closed when Keep finds the lease lost. Each tenure (from an
+// acquisition to a loss) has its own channel: call Lost after acquiring.
+func (l *Lease) Lost() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost
+}
 
 // Release deletes the lease if it is still ours, so a standby can take over
 // at once.

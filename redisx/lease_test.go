@@ -103,3 +103,34 @@ func TestNewClient_BadURLs(t *testing.T) {
 		t.Errorf("error leaks the password or is nil: %v", err)
 	}
 }
+
+// TestLease_LostTwice: a lease lost, acquired again and lost again (two
+// Redis hiccups in a relay's life) reports both losses; the second used to
+// close an already closed channel and panic.
+func TestLease_LostTwice(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	ttl := 150 * time.Millisecond
+	l := newLease(t, srv.URL(), ttl)
+	for i := 0; i < 2; i++ {
+		if err := l.Acquire(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		lost := l.Lost()
+		if err := rdb.Set(ctx, l.Key(), "someone-else", ttl).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Keep(ctx); !errors.Is(err, redisx.ErrLeaseLost) {
+			t.Fatalf("loss %d: Keep = %v, want ErrLeaseLost", i+1, err)
+		}
+		select {
+		case <-lost:
+		default:
+			t.Fatalf("loss %d: Lost() not closed", i+1)
+		}
+		if err := rdb.Del(ctx, l.Key()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
