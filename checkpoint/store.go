@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -107,7 +108,16 @@ type Config struct {
 	// Metrics registers escf_events_written_total, escf_commits_total and
 	// escf_commit_duration_seconds. Default nil: not registered.
 	Metrics prometheus.Registerer
+	// RollbackMemory is how long the Store remembers which documents each
+	// commit delivered, so that when Redis loses commits (ErrRolledBack)
+	// Rebase can say which documents consumers may have applied from
+	// entries that are gone. Default DefaultRollbackMemory.
+	RollbackMemory time.Duration
 }
+
+// DefaultRollbackMemory is Config.RollbackMemory when zero: well above the
+// second appendfsync everysec may lose.
+const DefaultRollbackMemory = 10 * time.Second
 
 // Validate names the first bad field.
 func (c Config) Validate() error {
@@ -116,6 +126,9 @@ func (c Config) Validate() error {
 	}
 	if c.Keys.Feed() == "" {
 		return errors.New("checkpoint config: Keys is empty (use redisx.NewKeys)")
+	}
+	if c.RollbackMemory < 0 {
+		return fmt.Errorf("checkpoint config: RollbackMemory = %s: want >= 0", c.RollbackMemory)
 	}
 	return nil
 }
@@ -127,12 +140,33 @@ type Store struct {
 	events     *prometheus.CounterVec
 	commits    prometheus.Counter
 	commitTime prometheus.Histogram
+
+	mu sync.Mutex
+	// high is the highest value of the meta commits counter this Store
+	// committed (or found at Rebase): Redis holding less lost writes it
+	// acknowledged.
+	high int64
+	// sent are the recent commits that delivered documents, oldest first,
+	// kept for RollbackMemory; forgotten is the highest count dropped.
+	sent      []*sentBatch
+	forgotten int64
+}
+
+// sentBatch is what one commit delivered, and its value of the commit
+// counter.
+type sentBatch struct {
+	count int64
+	at    time.Time
+	docs  map[ShardID][]Doc
 }
 
 // New returns a Store.
 func New(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.RollbackMemory == 0 {
+		cfg.RollbackMemory = DefaultRollbackMemory
 	}
 	s := &Store{cfg: cfg,
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escf_events_written_total",
@@ -173,6 +207,98 @@ func (s *Store) Meta(ctx context.Context) (map[string]string, error) {
 // rebuilds it with a snapshot instead.
 var ErrStateLost = errors.New("the feed's state is lost")
 
+// ErrRolledBack means Redis holds an older state than this Store committed:
+// writes it acknowledged are gone. Redis restarted from an append-only file
+// or snapshot that missed its last writes (appendfsync everysec and a power
+// failure), or failed over to a replica that lagged. The state it holds is
+// consistent (each batch is one transaction), only older: Commit wrote
+// nothing, and keeps refusing until the holder of the state in memory loads
+// it again and calls Rebase; the relay then reads the lost changes again
+// from the cluster.
+var ErrRolledBack = errors.New("the feed's state in Redis rolled back")
+
+// RolledBack is what Rebase found Redis lost of this Store's commits.
+type RolledBack struct {
+	// Commits is how many commits Redis lost (0: none).
+	Commits int64
+	// Delivered are the documents the lost commits delivered: consumers may
+	// have applied them from stream entries that are gone. (A commit whose
+	// reply was lost is not known to have delivered anything: Redis would
+	// have had to lose it just after consumers read it.)
+	Delivered map[ShardID][]Doc
+	// Forgotten is set when some lost commits are older than
+	// RollbackMemory: their documents are not in Delivered.
+	Forgotten bool
+}
+
+// Merge adds o to r.
+func (r *RolledBack) Merge(o RolledBack) {
+	r.Commits += o.Commits
+	r.Forgotten = r.Forgotten || o.Forgotten
+	for id, docs := range o.Delivered {
+		if r.Delivered == nil {
+			r.Delivered = map[ShardID][]Doc{}
+		}
+		r.Delivered[id] = append(r.Delivered[id], docs...)
+	}
+}
+
+// Rebase takes the state Redis holds now as the one this Store continues
+// from (the reference for ErrRolledBack), and reports what Redis lost of
+// this Store's commits. Call it before loading the state to work from,
+// while no Commit of this Store is in flight. It writes nothing.
+func (s *Store) Rebase(ctx context.Context) (RolledBack, error) {
+	n, err := s.cfg.Client.HGet(ctx, s.cfg.Keys.Meta(), MetaCommits).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return RolledBack{}, fmt.Errorf("read %s %s: %w", s.cfg.Keys.Meta(), MetaCommits, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var rb RolledBack
+	if n < s.high {
+		rb.Commits, rb.Forgotten = s.high-n, s.forgotten > n
+		keep := s.sent[:0]
+		for _, b := range s.sent {
+			if b.count <= n {
+				keep = append(keep, b)
+				continue
+			}
+			rb.Merge(RolledBack{Delivered: b.docs})
+		}
+		clear(s.sent[len(keep):])
+		s.sent = keep
+		s.forgotten = min(s.forgotten, n) // counts above n are given again
+	}
+	s.high = n
+	return rb, nil
+}
+
+// committed is the highest commit count this Store has seen.
+func (s *Store) committed() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.high
+}
+
+// sawCommit records a successful commit: its count, and the documents it
+// delivered (forgetting those older than RollbackMemory).
+func (s *Store) sawCommit(n int64, delivered map[ShardID][]Doc) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.high = max(s.high, n)
+	drop := 0
+	for drop < len(s.sent) && now.Sub(s.sent[drop].at) > s.cfg.RollbackMemory {
+		s.forgotten = max(s.forgotten, s.sent[drop].count)
+		drop++
+	}
+	clear(s.sent[:drop])
+	s.sent = s.sent[drop:]
+	if len(delivered) > 0 {
+		s.sent = append(s.sent, &sentBatch{count: n, at: now, docs: delivered})
+	}
+}
+
 // CheckState refuses a feed whose stream exists without its meta hash, or
 // whose resync was interrupted.
 func (s *Store) CheckState(ctx context.Context) error {
@@ -208,6 +334,10 @@ const (
 	// MetaBackpressure is when the relay paused reading because a group
 	// lags by more than --max-backlog; empty when it reads.
 	MetaBackpressure = "backpressure_since"
+	// MetaCommits counts commits (each one increments it): a value below
+	// one a relay committed means Redis lost acknowledged writes
+	// (ErrRolledBack).
+	MetaCommits = "commits"
 )
 
 // Reset deletes the feed's state — every key but the stream, the lease, the
@@ -242,6 +372,10 @@ func (s *Store) Reset(ctx context.Context) (int, error) {
 			deleted += len(drop)
 		}
 		if next == 0 {
+			// The commit counter went with the meta hash.
+			s.mu.Lock()
+			s.high, s.sent, s.forgotten = 0, nil, 0
+			s.mu.Unlock()
 			return deleted, nil
 		}
 		cursor = next
@@ -329,9 +463,11 @@ func parseShardField(f string) (ShardID, bool) {
 // Commit writes a batch in one MULTI/EXEC under WATCH of the lease: XADD
 // every event, SADD/SREM delivered ids, HSET checkpoints and indices. If the
 // lease is not (or no longer) ours, nothing is written and the error wraps
-// redisx.ErrLeaseLost. Any other error leaves it unknown whether the batch
-// was written: the caller must Load again before retrying, never resend.
-// On success the events' StreamID fields are set.
+// redisx.ErrLeaseLost. If Redis lost commits this Store made (a restart
+// from an older AOF, a failover to a lagging replica), nothing is written
+// and the error wraps ErrRolledBack. Any other error leaves it unknown
+// whether the batch was written: the caller must Load again before
+// retrying, never resend. On success the events' StreamID fields are set.
 //
 // The lease's own renewal (PEXPIRE) also aborts a watched transaction; such
 // an abort wrote nothing, so Commit checks the owner again and retries.
@@ -344,8 +480,9 @@ func (s *Store) Commit(ctx context.Context, b Batch) error {
 	}
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
-		err := s.commitOnce(ctx, b)
+		count, err := s.commitOnce(ctx, b)
 		if err == nil {
+			s.sawCommit(count, b.Delivered)
 			s.commits.Inc()
 			s.commitTime.Observe(time.Since(start).Seconds())
 			for _, e := range b.Events {
@@ -367,16 +504,21 @@ func (s *Store) Commit(ctx context.Context, b Batch) error {
 }
 
 // commitOnce runs one WATCH … EXEC. WATCH and the owner check share one
-// round trip, MULTI … EXEC the second.
-func (s *Store) commitOnce(ctx context.Context, b Batch) error {
+// round trip, MULTI … EXEC the second. It returns the commit's count.
+func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 	k := s.cfg.Keys
 	leaseKey := s.cfg.Lease.Key()
 	var adds []*redis.StringCmd
+	var count *redis.IntCmd
+	// Commits of this Store acknowledged before this one began: Redis
+	// holding fewer lost them. (Concurrent commits only raise the count.)
+	known := s.committed()
 	err := s.cfg.Client.Watch(ctx, func(tx *redis.Tx) error {
-		var owner *redis.StringCmd
+		var owner, stored *redis.StringCmd
 		if _, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
 			p.Do(ctx, "WATCH", leaseKey)
 			owner = p.Get(ctx, leaseKey)
+			stored = p.HGet(ctx, k.Meta(), MetaCommits)
 			return nil
 		}); err != nil && !errors.Is(err, redis.Nil) {
 			tx.Unwatch(ctx)
@@ -386,7 +528,13 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) error {
 			tx.Unwatch(ctx)
 			return redisx.ErrLeaseLost
 		}
+		if n, _ := stored.Int64(); n < known {
+			tx.Unwatch(ctx)
+			return fmt.Errorf("%w: %s %s is %d, but this relay had committed up to %d (Redis restarted from an older append-only file or snapshot, or failed over to a replica that lagged)",
+				ErrRolledBack, k.Meta(), MetaCommits, n, known)
+		}
 		_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			count = p.HIncrBy(ctx, k.Meta(), MetaCommits, 1)
 			adds = adds[:0]
 			for _, e := range b.Events {
 				adds = append(adds, p.XAdd(ctx, &redis.XAddArgs{Stream: k.Events(), Values: e.Values()}))
@@ -472,16 +620,16 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) error {
 	switch {
 	case err == nil:
 	case errors.Is(err, redis.TxFailedErr):
-		return err
+		return 0, err
 	case errors.Is(err, redisx.ErrLeaseLost):
-		return fmt.Errorf("commit %d events to %s: %w", len(b.Events), k.Events(), redisx.ErrLeaseLost)
+		return 0, fmt.Errorf("commit %d events to %s: %w", len(b.Events), k.Events(), redisx.ErrLeaseLost)
 	default:
-		return fmt.Errorf("commit %d events to %s: %w", len(b.Events), k.Events(), err)
+		return 0, fmt.Errorf("commit %d events to %s: %w", len(b.Events), k.Events(), err)
 	}
 	for i, c := range adds {
 		b.Events[i].StreamID = c.Val()
 	}
-	return nil
+	return count.Val(), nil
 }
 
 func toAny(ss []string) []any {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -203,5 +204,58 @@ func TestStore_CommitSurvivesLeaseRenewal(t *testing.T) {
 	}
 	if got, _ := srv.Client(t).XLen(ctx, redisx.NewKeys("renewing").Events()).Result(); got != int64(n*50) {
 		t.Fatalf("stream has %d entries after %d commits of 50, want %d", got, n, n*50)
+	}
+}
+
+// TestStore_RolledBackThenRebased: a Redis that came back with fewer
+// commits than the store made (an older AOF, a lagging replica) refuses the
+// next commit without writing it; Rebase reports the lost commits and the
+// documents they delivered, and commits go on from there.
+func TestStore_RolledBackThenRebased(t *testing.T) {
+	ctx := context.Background()
+	st, lease, srv := newStore(t, "rollback", time.Minute)
+	if ok, err := lease.TryAcquire(ctx); err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	rdb := srv.Client(t)
+	keys := redisx.NewKeys("rollback")
+	sh := checkpoint.ShardID{IndexUUID: "U", Shard: 0}
+	commit := func(id, routing string, seq int64) error {
+		return st.Commit(ctx, checkpoint.Batch{Events: []redisx.Event{upsert("U", 0, id, seq)},
+			Checkpoints: map[checkpoint.ShardID]int64{sh: seq}, Delivered: map[checkpoint.ShardID][]checkpoint.Doc{sh: {{ID: id, Routing: routing}}}})
+	}
+	for i, id := range []string{"a", "b", "c"} {
+		if err := commit(id, "", int64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Redis comes back with the first commit only.
+	rdb.HSet(ctx, keys.Meta(), checkpoint.MetaCommits, 1)
+	err := commit("d", "", 3)
+	if !errors.Is(err, checkpoint.ErrRolledBack) {
+		t.Fatalf("commit on a rolled-back Redis: %v, want ErrRolledBack", err)
+	}
+	if n, _ := rdb.XLen(ctx, keys.Events()).Result(); n != 3 {
+		t.Fatalf("the refused commit wrote: stream has %d entries, want 3", n)
+	}
+	rb, err := st.Rebase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range rb.Delivered[sh] {
+		got = append(got, d.ID)
+	}
+	if rb.Commits != 2 || rb.Forgotten || strings.Join(got, ",") != "b,c" {
+		t.Fatalf("Rebase = %+v, want 2 commits lost that delivered b and c", rb)
+	}
+	if err := commit("d", "", 3); err != nil {
+		t.Fatalf("commit after Rebase: %v", err)
+	}
+	if n, _ := rdb.HGet(ctx, keys.Meta(), checkpoint.MetaCommits).Int64(); n != 2 {
+		t.Errorf("commit counter = %d after the rebased commit, want 2", n)
+	}
+	if rb, err := st.Rebase(ctx); err != nil || rb.Commits != 0 {
+		t.Errorf("Rebase with nothing lost = %+v, %v", rb, err)
 	}
 }

@@ -173,6 +173,62 @@ type Pool struct {
 
 	read, handled, failed, acked, dead, reclaimed, gone atomic.Int64
 	metrics                                             *poolCollector
+
+	outage outage
+}
+
+// outage tracks whether the pool's Redis calls fail, so that an outage is
+// logged once (its first error) and its end once — not once per retry of
+// each of the pool's loops. Calls are judged by when they began: a call
+// that began before the outage was noticed says nothing of its end, one
+// that began before its end says nothing of a new one.
+type outage struct {
+	failing   atomic.Bool
+	mu        sync.Mutex
+	since     time.Time // the first failure was noticed
+	recovered time.Time // the last outage ended
+	calls     int
+}
+
+// redisFailed logs a failed Redis call that began at began (msg says what
+// the failure costs) if it is the first of an outage; others go to the
+// debug level.
+func (p *Pool) redisFailed(began time.Time, msg string, err error, args ...any) {
+	o := &p.outage
+	o.mu.Lock()
+	first := !o.failing.Load() && !began.Before(o.recovered)
+	if first {
+		o.failing.Store(true)
+		o.since = time.Now()
+	}
+	o.calls++
+	o.mu.Unlock()
+	args = append(args, "error", err.Error())
+	if first {
+		p.log.Warn(msg, args...)
+	} else {
+		p.log.Debug(msg, args...)
+	}
+}
+
+// redisOK notes a Redis call that began at began and succeeded; if it
+// began during an outage, the outage is over and its end is logged.
+func (p *Pool) redisOK(began time.Time) {
+	o := &p.outage
+	if !o.failing.Load() {
+		return
+	}
+	o.mu.Lock()
+	if !o.failing.Load() || began.Before(o.since) {
+		o.mu.Unlock()
+		return
+	}
+	o.failing.Store(false)
+	o.recovered = time.Now()
+	lasted, calls := o.recovered.Sub(o.since), o.calls
+	o.calls = 0
+	o.mu.Unlock()
+	p.log.Info("Redis answers again; recovered", "failing_for", lasted.Round(time.Millisecond).String(), "failed_calls", calls)
 }
 
 // job is one event in a lane.
@@ -214,7 +270,8 @@ func (p *Pool) Stats() PoolStats {
 // MinIdle. When ctx ends it stops reading, lets the events being handled
 // finish (within ShutdownTimeout), acknowledges them and returns nil; events
 // read but not started stay pending for this consumer's next start (or
-// another consumer's reclaim). Redis errors are retried with backoff.
+// another consumer's reclaim). Redis errors are retried with backoff; an
+// outage is logged once, and its end once.
 func (p *Pool) Run(ctx context.Context, h Handler) error {
 	if h == nil {
 		return errors.New("pool: nil Handler")
@@ -304,9 +361,13 @@ func (p *Pool) readLoop(ctx context.Context) {
 		if own != "" {
 			start = own
 		}
+		began := time.Now()
 		res, err := p.readGroup(ctx, start, n)
 		if ctx.Err() != nil {
 			return // what an abandoned read returns stays pending for our next start
+		}
+		if err == nil || errors.Is(err, redis.Nil) {
+			p.redisOK(began)
 		}
 		if errors.Is(err, redis.Nil) || (err == nil && len(res) == 0) {
 			p.giveSlots(n)
@@ -324,7 +385,7 @@ func (p *Pool) readLoop(ctx context.Context) {
 				_ = p.ensureGroup(ctx)
 			}
 			d := bo.next()
-			p.log.Warn("read failed; retrying", "error", err.Error(), "retry_in", d.String())
+			p.redisFailed(began, "read failed; retrying", err, "retry_in", d.String())
 			sleepCtx(ctx, d)
 			continue
 		}
@@ -578,11 +639,12 @@ func (p *Pool) handle(ctx, hctx context.Context, j *job) bool {
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, p.cfg.MaxRetryBackoff)
+		began := time.Now()
 		claimed, cerr := p.cfg.Client.XClaim(hctx, &redis.XClaimArgs{Stream: p.cfg.Keys.Events(), Group: p.cfg.Group,
 			Consumer: p.cfg.Consumer, MinIdle: 0, Messages: []string{j.msg.ID}}).Result()
 		switch {
 		case cerr != nil:
-			p.log.Warn("cannot count a retry; the event stays pending", "id", j.msg.ID, "error", cerr.Error())
+			p.redisFailed(began, "cannot count a retry; the event stays pending", cerr, "id", j.msg.ID)
 			p.held.Delete(j.msg.ID)
 			return false
 		case len(claimed) == 0:
@@ -603,6 +665,7 @@ func (p *Pool) deadLetter(ctx context.Context, j *job, cause error) {
 	vals = append(vals, "error", cause.Error(), "deliveries", strconv.FormatInt(j.deliveries, 10),
 		"group", p.cfg.Group, "consumer", p.cfg.Consumer, "stream_id", j.msg.ID,
 		"failed_at", time.Now().UTC().Format(time.RFC3339Nano))
+	began := time.Now()
 	_, err := p.cfg.Client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.XAdd(ctx, &redis.XAddArgs{Stream: p.cfg.Keys.Dead(), Values: vals})
 		pipe.XAck(ctx, p.cfg.Keys.Events(), p.cfg.Group, j.msg.ID)
@@ -610,9 +673,10 @@ func (p *Pool) deadLetter(ctx context.Context, j *job, cause error) {
 	})
 	p.held.Delete(j.msg.ID)
 	if err != nil {
-		p.log.Warn("cannot dead-letter the event; it stays pending", "id", j.msg.ID, "error", err.Error())
+		p.redisFailed(began, "cannot dead-letter the event; it stays pending", err, "id", j.msg.ID)
 		return
 	}
+	p.redisOK(began)
 	p.dead.Add(1)
 	p.log.Warn("event dead-lettered", "id", j.msg.ID, "deliveries", j.deliveries, "error", cause.Error(), "dead_letters", p.cfg.Keys.Dead())
 }
@@ -625,13 +689,15 @@ func (p *Pool) acker() {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		began := time.Now()
 		err := p.cfg.Client.XAck(ctx, p.cfg.Keys.Events(), p.cfg.Group, batch...).Err()
 		cancel()
 		if err != nil {
 			// Unacknowledged entries stay pending and are handled again:
 			// at least once.
-			p.log.Warn("XACK failed; the events will be delivered again", "events", len(batch), "error", err.Error())
+			p.redisFailed(began, "XACK failed; the events will be delivered again", err, "events", len(batch))
 		} else {
+			p.redisOK(began)
 			p.acked.Add(int64(len(batch)))
 		}
 		for _, id := range batch {
@@ -679,10 +745,14 @@ func (p *Pool) heartbeat(ctx context.Context) {
 		})
 		for start := 0; start < len(ids); start += 500 {
 			chunk := ids[start:min(start+500, len(ids))]
+			began := time.Now()
 			err := p.cfg.Client.XClaimJustID(ctx, &redis.XClaimArgs{Stream: p.cfg.Keys.Events(), Group: p.cfg.Group,
 				Consumer: p.cfg.Consumer, MinIdle: p.cfg.MinIdle / 2, Messages: chunk}).Err()
-			if err != nil && ctx.Err() == nil {
-				p.log.Warn("cannot refresh the idle time of held events", "error", err.Error())
+			switch {
+			case err == nil:
+				p.redisOK(began)
+			case ctx.Err() == nil:
+				p.redisFailed(began, "cannot refresh the idle time of held events", err)
 			}
 		}
 	}
@@ -711,15 +781,17 @@ func (p *Pool) reclaimPass(ctx context.Context) {
 		if n == 0 {
 			return
 		}
+		began := time.Now()
 		msgs, next, deleted, err := p.cfg.Client.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{Stream: p.cfg.Keys.Events(),
 			Group: p.cfg.Group, Consumer: p.cfg.Consumer, MinIdle: p.cfg.MinIdle, Start: cursor, Count: int64(n)}).Result()
 		if err != nil {
 			p.giveSlots(n)
 			if ctx.Err() == nil {
-				p.log.Warn("reclaim failed", "error", err.Error())
+				p.redisFailed(began, "reclaim failed", err)
 			}
 			return
 		}
+		p.redisOK(began)
 		p.giveSlots(n - len(msgs))
 		if len(msgs) > 0 {
 			p.reclaimed.Add(int64(len(msgs)))

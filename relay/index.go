@@ -52,7 +52,10 @@ func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) e
 		if ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, redisx.ErrLeaseLost) || errors.Is(err, ErrUnfollowable) || errors.Is(err, deletes.ErrOtherCluster) {
+		if errors.Is(err, redisx.ErrLeaseLost) || errors.Is(err, ErrUnfollowable) || errors.Is(err, deletes.ErrOtherCluster) ||
+			errors.Is(err, checkpoint.ErrRolledBack) {
+			// A rollback stops every index loop: the relay starts them again
+			// on the state Redis holds now.
 			return err
 		}
 		if cur.gone {

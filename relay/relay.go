@@ -189,10 +189,11 @@ type Relay struct {
 	leader atomic.Bool // this relay holds the lease
 
 	mu          sync.Mutex
-	clusterUUID string // of the cluster this relay reads, from GET /
-	sawMeta     bool   // this process saw the feed's meta hash: its loss is state loss
-	snapshotted bool   // the snapshot of a resync was written
-	resolved    bool   // the first resolution of the targets happened
+	clusterUUID string                // of the cluster this relay reads, from GET /
+	sawMeta     bool                  // this process saw the feed's meta hash: its loss is state loss
+	snapshotted bool                  // the snapshot of a resync was written
+	resolved    bool                  // the first resolution of the targets happened
+	lost        checkpoint.RolledBack // commits Redis lost, until repaired
 	closedSaid  map[string]bool
 }
 
@@ -258,6 +259,15 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.log.Warn("lost the lease: another relay owns the feed; waiting as standby", logErr, err)
 			continue
 		}
+		if errors.Is(err, checkpoint.ErrRolledBack) {
+			r.log.Warn("Redis lost changes this relay had committed: loading the feed's state again and reading them again from the cluster", logErr, err)
+			continue
+		}
+		// Leave no lease behind for a standby to wait out (nor, if Redis
+		// lost the feed's state, a key in it).
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = r.cfg.Lease.Release(rctx)
+		cancel()
 		return err
 	}
 }
@@ -330,11 +340,21 @@ func (r *Relay) lead(ctx context.Context) error {
 }
 
 // start checks the feed's state (refusing a lost one) and, for a resync,
-// writes the snapshot once.
+// writes the snapshot once. The state found is what the relay continues
+// from (the index loops load it afresh).
 func (r *Relay) start(ctx context.Context) error {
 	b := r.newBackoff()
 	for {
-		err := r.checkState(ctx)
+		rb, err := r.cfg.Store.Rebase(ctx)
+		r.mu.Lock()
+		r.lost.Merge(rb)
+		r.mu.Unlock()
+		if err == nil {
+			err = r.checkState(ctx)
+		}
+		if err == nil {
+			err = r.repair(ctx)
+		}
 		if err == nil || errors.Is(err, checkpoint.ErrStateLost) || ctx.Err() != nil {
 			if err != nil {
 				return err
@@ -412,6 +432,40 @@ func (r *Relay) checkState(ctx context.Context) error {
 	return nil
 }
 
+// repair handles commits of this relay that Redis lost (a restart from an
+// older append-only file, a failover to a lagging replica). The state Redis
+// holds is consistent, only older: the index loops load it and read the
+// lost changes again from the cluster. But consumers may have applied
+// documents from the lost entries that were deleted since, so nothing would
+// ever delete them: those documents go back into the delivered sets, with
+// a gap so their shards get a delete scan, which emits the deletes.
+func (r *Relay) repair(ctx context.Context) error {
+	r.mu.Lock()
+	lost := r.lost
+	r.mu.Unlock()
+	if lost.Commits == 0 {
+		return nil
+	}
+	if lost.Forgotten {
+		return fmt.Errorf("%w: Redis lost %d commits of this relay, some older than it remembers the documents of: consumers may hold documents whose deletes it cannot find: run `es-changefeed resync` to rebuild the feed",
+			checkpoint.ErrStateLost, lost.Commits)
+	}
+	b := checkpoint.Batch{Delivered: lost.Delivered, Gaps: map[checkpoint.ShardID]int64{}}
+	docs := 0
+	for id, d := range lost.Delivered {
+		b.Gaps[id] = 1
+		docs += len(d)
+	}
+	if err := r.commit(ctx, b); err != nil {
+		return err
+	}
+	r.log.Info("recorded the documents of the lost commits again, for delete scans", "commits", lost.Commits, "documents", docs)
+	r.mu.Lock()
+	r.lost = checkpoint.RolledBack{}
+	r.mu.Unlock()
+	return nil
+}
+
 // commit writes a batch. Once started, a commit is not abandoned because
 // the relay is stopping: it runs on a context that ignores cancellation,
 // bounded by commitTimeout.
@@ -475,13 +529,20 @@ func (b *backoff) recovered(log *slog.Logger) {
 }
 
 // errorKind groups errors for "log once per state change": the same ES
-// status and type, or the same message otherwise.
+// status and type, or the same root cause otherwise (the innermost wrapped
+// error: Redis refusing connections is one state, whichever call met it).
 func errorKind(err error) string {
 	var ee *es.Error
 	if errors.As(err, &ee) {
 		return fmt.Sprintf("es:%s:%d:%s", ee.Op, ee.Status, ee.Type)
 	}
-	return err.Error()
+	for {
+		inner := errors.Unwrap(err)
+		if inner == nil {
+			return err.Error()
+		}
+		err = inner
+	}
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -118,6 +118,27 @@ func (s *Server) Restart() {
 	s.start(bin)
 }
 
+// StartAgain starts a server that was stopped (Stop) again on the same
+// port, dir and arguments, e.g. after the test changed its files on disk.
+func (s *Server) StartAgain() {
+	s.tb.Helper()
+	if s.cmd != nil {
+		s.tb.Fatalf("redis-server on %s is still running: Stop it first", s.Addr)
+	}
+	bin, _ := exec.LookPath("redis-server")
+	s.start(bin)
+}
+
+// AOFDir is where the server keeps its append-only files with
+// --appendonly yes (Redis 7: base and incr files and a manifest).
+func (s *Server) AOFDir() string { return filepath.Join(s.Dir, "appendonlydir") }
+
+// Log returns what the server logged so far.
+func (s *Server) Log() string {
+	b, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+	return string(b)
+}
+
 // Pause stops the server process (SIGSTOP) until Resume.
 func (s *Server) Pause() { _ = syscall.Kill(s.cmd.Process.Pid, syscall.SIGSTOP) }
 

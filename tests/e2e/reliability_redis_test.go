@@ -1,0 +1,766 @@
+package e2e
+
+// Reliability scenario "Redis paused and restarted" (issue #8, item 3): the
+// feed's Redis is frozen (SIGSTOP/SIGCONT), SIGKILLed and restarted on its
+// append-only file (appendfsync always and everysec, plus a simulated power
+// failure that drops the last second of unsynced writes), and restarted
+// without persistence. The relay and consumer binaries must carry on by
+// themselves where the state survived, and the relay must refuse (saying
+// to resync) where it did not.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/tests/esemu"
+	"github.com/es-changefeed/es-changefeed/tests/redistest"
+)
+
+const (
+	rigIndex = "orders"
+	rigGroup = "mirror"
+)
+
+// redisFaultRig is a feed under a Redis fault: a source cluster with 2
+// writers (creates, updates, deletes), the relay binary with --deletes,
+// and consumer binaries mirroring into a target cluster with the bulk sink.
+type redisFaultRig struct {
+	src, dst  *esemu.Cluster
+	srv       *redistest.Server
+	rdb       *redis.Client
+	f         *feed
+	relay     *proc
+	consumers []*proc
+
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	writers []*writer
+}
+
+// startRedisFaultRig starts the writers, the relay binary (with the extra
+// args) and n consumer binaries on srv.
+func startRedisFaultRig(tb testing.TB, srv *redistest.Server, feedName string, consumers int, relayExtra ...string) *redisFaultRig {
+	tb.Helper()
+	r := &redisFaultRig{srv: srv, rdb: srv.Client(tb), stop: make(chan struct{})}
+	r.src = cluster(tb, esemu.Config{Nodes: 2, OutOfOrder: true})
+	r.dst = cluster(tb, esemu.Config{})
+	createIndex(tb, r.src, rigIndex, 3, 1)
+	createIndex(tb, r.dst, rigIndex, 2, 0)
+	r.f = &feed{name: feedName, rdb: r.rdb, keys: redisx.NewKeys(feedName), store: storeFor(tb, srv, feedName)}
+	r.relay = startBinary(tb, r.relayArgs("run", relayExtra...)...)
+	for i := 0; i < consumers; i++ {
+		r.consumers = append(r.consumers, startBinary(tb, consumeArgs(srv.URL(), feedName, rigGroup, fmt.Sprintf("c%d", i), r.dst.URL())...))
+	}
+	for i := 0; i < 2; i++ {
+		w := &writer{url: r.src.URL(), index: rigIndex, id: i, rng: rand.New(rand.NewPCG(uint64(i), 83)), routing: map[string]string{}, deletes: true}
+		r.writers = append(r.writers, w)
+		r.wg.Add(1)
+		go func() { defer r.wg.Done(); r.write(tb, w) }()
+	}
+	tb.Cleanup(r.stopWriters)
+	return r
+}
+
+// relayArgs are the arguments of `run` or `resync` for the rig's feed: a
+// lease TTL of 10 s (the default), so a quick Redis restart keeps it.
+func (r *redisFaultRig) relayArgs(command string, extra ...string) []string {
+	args := relayArgs(r.src, r.srv.URL(), r.f.name, rigIndex, append([]string{"--deletes", "--delete-scan-interval", "200ms", "--lease-ttl", "10s"}, extra...)...)
+	return append([]string{command}, args[1:]...)
+}
+
+// write is writer.run at a bounded rate (some 150 writes a second), so the
+// consumers keep up and the audit stays quick.
+func (r *redisFaultRig) write(tb testing.TB, w *writer) {
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+		if w.rng.IntN(5) == 0 {
+			w.bulk(tb)
+		} else {
+			w.one(tb)
+		}
+	}
+}
+
+func (r *redisFaultRig) stopWriters() {
+	select {
+	case <-r.stop:
+	default:
+		close(r.stop)
+	}
+	r.wg.Wait()
+}
+
+func (r *redisFaultRig) writes() int {
+	n := 0
+	for _, w := range r.writers {
+		n += w.ops
+	}
+	return n
+}
+
+// requireRunning fails unless the relay and every consumer still run: they
+// must ride out the fault by themselves.
+func (r *redisFaultRig) requireRunning(tb testing.TB, when string) {
+	tb.Helper()
+	for i, p := range append([]*proc{r.relay}, r.consumers...) {
+		if !binaryRunning(p) {
+			what := "the relay"
+			if i > 0 {
+				what = fmt.Sprintf("consumer c%d", i-1)
+			}
+			tb.Fatalf("%s exited %s:\n%s", what, when, p.out)
+		}
+	}
+}
+
+// finish stops the writers, waits until the feed caught up, the stream
+// replays to the index, the group is done and the target mirrors the
+// source exactly, and audits the stream.
+func (r *redisFaultRig) finish(tb testing.TB) (auditResult, int) {
+	tb.Helper()
+	r.stopWriters()
+	waitCaughtUp(tb, r.src, r.f.store, []string{rigIndex}, 60*time.Second)
+	waitMirror(tb, r.src, r.f, rigIndex, 30*time.Second)
+	waitGroupDone(tb, r.rdb, r.f.keys.Events(), rigGroup, 60*time.Second)
+	docs := waitTargetMirror(tb, r.src, r.dst, rigIndex, 30*time.Second)
+	if dead, _ := r.rdb.XLen(context.Background(), r.f.keys.Dead()).Result(); dead != 0 {
+		tb.Errorf("%d events dead-lettered: a Redis outage must not use up deliveries", dead)
+	}
+	a := audit(tb, r.src, []string{rigIndex}, entries(tb, r.rdb, r.f.keys.Events()))
+	if a.Deletes == 0 {
+		tb.Errorf("no delete event in %d entries: the scenario did not exercise deletes", a.Entries)
+	}
+	return a, docs
+}
+
+// binaryRunning reports whether the process has not exited (a child that
+// exited stays a zombie until waited for: look at its state).
+func binaryRunning(p *proc) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+// feedProgress is what the feed has done so far: entries the relay added
+// to the stream, and entries the group acknowledged.
+type feedProgress struct{ added, acked int64 }
+
+func (r *redisFaultRig) progress() (feedProgress, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	info, err := r.rdb.XInfoStream(ctx, r.f.keys.Events()).Result()
+	if err != nil {
+		return feedProgress{}, false
+	}
+	groups, err := r.rdb.XInfoGroups(ctx, r.f.keys.Events()).Result()
+	if err != nil {
+		return feedProgress{}, false
+	}
+	for _, g := range groups {
+		if g.Name == rigGroup {
+			return feedProgress{added: info.EntriesAdded, acked: g.EntriesRead - g.Pending}, true
+		}
+	}
+	return feedProgress{}, false
+}
+
+// waitResumed measures how long, from now (Redis answers again), the relay
+// takes to add an entry and the group to acknowledge one beyond what Redis
+// held when first asked.
+func (r *redisFaultRig) waitResumed(tb testing.TB, timeout time.Duration) (relay, consumers time.Duration) {
+	tb.Helper()
+	start := time.Now()
+	var from feedProgress
+	known := false
+	for time.Since(start) < timeout {
+		p, ok := r.progress()
+		switch {
+		case !ok:
+		case !known:
+			from, known = p, true
+		default:
+			if relay == 0 && p.added > from.added {
+				relay = time.Since(start)
+			}
+			if consumers == 0 && p.acked > from.acked {
+				consumers = time.Since(start)
+			}
+			if relay > 0 && consumers > 0 {
+				return relay, consumers
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	tb.Fatalf("the feed did not resume within %s (relay after %s, consumers after %s):\nrelay:\n%s", timeout, relay, consumers, r.relay.out)
+	return 0, 0
+}
+
+// Log lines that say Redis failed, and that it works again. The relay logs
+// failures per loop (index loop, lease, delete scans) and each once per
+// change of error; the consumers once per outage.
+var (
+	relayRedisFailed = []string{`msg="round failed`, `msg="lost the lease`, `msg="cannot acquire the lease`,
+		`msg="cannot read the feed's state`, `msg="Redis lost changes`}
+	relayRedisOK        = []string{`msg=recovered`, `msg="acquired the lease`}
+	consumerRedisFailed = []string{`msg="read failed`, `msg="reclaim failed`, `msg="cannot refresh the idle time`,
+		`msg="XACK failed`, `msg="cannot count a retry`, `msg="cannot dead-letter`}
+	consumerRedisOK = []string{`msg="Redis answers again; recovered"`}
+)
+
+// outageLog checks the log of a process that lived through Redis faults:
+// it says a failure at most perFault times per fault (not once per retry),
+// with strict never twice in a row without its recovery in between, and
+// every failure it said is followed by a recovery; go-redis's own logger
+// (a line per failed dial) stays quiet. It returns the numbers of failure
+// and recovery lines.
+func outageLog(tb testing.TB, name string, p *proc, failed, ok []string, faults, perFault int, strict bool) (nFailed, nOK int) {
+	tb.Helper()
+	has := func(l string, subs []string) bool {
+		for _, s := range subs {
+			if strings.Contains(l, s) {
+				return true
+			}
+		}
+		return false
+	}
+	failing := false
+	var said []string
+	for _, l := range strings.Split(p.out.String(), "\n") {
+		switch {
+		case has(l, failed):
+			if failing && strict {
+				tb.Errorf("%s logged a second Redis failure before its recovery (one line per state change, not per retry):\n%s", name, strings.Join(append(said, l), "\n"))
+			}
+			failing = true
+			nFailed++
+			said = append(said, l)
+		case has(l, ok) && failing:
+			failing = false
+			nOK++
+			said = append(said, l)
+		}
+	}
+	for _, l := range said {
+		tb.Logf("%s: %s", name, l)
+	}
+	if n := strings.Count(p.out.String(), "redis: connection pool:"); n > 0 {
+		tb.Errorf("%s printed %d lines of go-redis's own logger (one per failed dial)", name, n)
+	}
+	if failing {
+		tb.Errorf("%s logged a Redis failure and never its recovery", name)
+	}
+	if nFailed > perFault*faults {
+		tb.Errorf("%s logged %d Redis failures for %d faults (want at most %d each)", name, nFailed, faults, perFault)
+	}
+	return nFailed, nOK
+}
+
+// checkOutageLogs checks the logs of the rig's processes after faults and
+// sums up what they said.
+func (r *redisFaultRig) checkOutageLogs(tb testing.TB, faults int) string {
+	tb.Helper()
+	rf, rok := outageLog(tb, "relay", r.relay, relayRedisFailed, relayRedisOK, faults, 4, false)
+	cf, cok := 0, 0
+	for i, c := range r.consumers {
+		f, ok := outageLog(tb, fmt.Sprintf("c%d", i), c, consumerRedisFailed, consumerRedisOK, faults, 2, true)
+		cf, cok = cf+f, cok+ok
+	}
+	return fmt.Sprintf("logs: relay %d failure and %d recovery lines, consumers %d and %d", rf, rok, cf, cok)
+}
+
+// TestReliability_RedisPaused freezes the feed's Redis (SIGSTOP) for 5 s,
+// three times, while 2 writers index, update and delete, the relay binary
+// (--deletes) follows and 2 consumer binaries mirror into a second cluster.
+// Neither the relay nor the consumers may exit or need a restart; a pause
+// mostly shows as latency (calls wait and complete after SIGCONT), and what
+// fails is logged once per outage with its end; afterwards the mirror is
+// exact, the group is done and the stream audits clean.
+func TestReliability_RedisPaused(t *testing.T) {
+	const pauses, frozen = 3, 5 * time.Second
+	binary(t)
+	srv := redistest.Start(t)
+	r := startRedisFaultRig(t, srv, "paused", 2)
+	time.Sleep(time.Second)
+	var relayResume, consumerResume []time.Duration
+	for i := 0; i < pauses; i++ {
+		srv.Pause()
+		time.Sleep(frozen)
+		srv.Resume()
+		rd, cd := r.waitResumed(t, 30*time.Second)
+		relayResume, consumerResume = append(relayResume, rd), append(consumerResume, cd)
+		r.requireRunning(t, fmt.Sprintf("after pause %d", i+1))
+		time.Sleep(500 * time.Millisecond)
+	}
+	a, docs := r.finish(t)
+	r.requireRunning(t, "at the end")
+	logs := r.checkOutageLogs(t, pauses)
+	record(t, figure{Scenario: "Redis paused (SIGSTOP 5 s), relay --deletes + 2 consumers, bulk sink", Faults: pauses,
+		Entries: a.Entries, Docs: docs, Lost: a.Lost, Duplicated: a.Duplicated, Wrong: a.Wrong,
+		Note: fmt.Sprintf("%d writes, %d delete events; no process restarted; after SIGCONT the relay wrote again after %v, the group acked again after %v; %d events applied twice at the target (reclaimed after min-idle, 409), 0 effective; %s",
+			r.writes(), a.Deletes, roundAll(relayResume), roundAll(consumerResume), r.dst.VersionConflicts(), logs)})
+}
+
+// TestReliability_RedisRestartedAOF SIGKILLs the feed's Redis and starts it
+// again on its append-only file while the relay and 2 consumers run: twice
+// at once, once after 3 s down. A process kill loses nothing at either
+// policy, always or everysec: the kernel holds what Redis wrote. With
+// everysec a power failure (or an OS crash) loses what was not yet
+// fsynced, about a second: that is simulated by cutting the AOF back to
+// its size a second before the kill. Redis comes back with an older but
+// consistent state (each commit is one MULTI/EXEC: entries and checkpoints
+// roll back together); the relay must notice, read the lost changes again
+// from the cluster, and make sure consumers that applied documents from
+// the lost entries get the deletes of those gone since.
+func TestReliability_RedisRestartedAOF(t *testing.T) {
+	for _, fsync := range []string{"always", "everysec"} {
+		t.Run(fsync, func(t *testing.T) {
+			const kills = 3
+			binary(t)
+			srv := redistest.Start(t, redistest.Options{Args: []string{"--appendonly", "yes", "--appendfsync", fsync,
+				"--auto-aof-rewrite-percentage", "0"}})
+			r := startRedisFaultRig(t, srv, "aof-"+fsync, 2)
+			time.Sleep(time.Second)
+			var relayResume, consumerResume []time.Duration
+			for i := 0; i < kills; i++ {
+				if i == kills-1 {
+					// Down for a while: the clients meet errors, not just
+					// a reconnect.
+					srv.Stop()
+					time.Sleep(3 * time.Second)
+					srv.StartAgain()
+				} else {
+					srv.Restart()
+				}
+				rd, cd := r.waitResumed(t, 30*time.Second)
+				relayResume, consumerResume = append(relayResume, rd), append(consumerResume, cd)
+				r.requireRunning(t, fmt.Sprintf("after restart %d", i+1))
+				time.Sleep(500 * time.Millisecond)
+			}
+			// With always Redis writes and fsyncs before it replies; with
+			// everysec it writes before it replies, unless an fsync is slow
+			// (it may then hold writes back up to 2 s): only then can a
+			// process kill lose anything.
+			killRollbacks := strings.Count(r.relay.out.String(), "Redis lost changes")
+			if fsync == "always" && killRollbacks != 0 {
+				t.Errorf("appendfsync always: the relay found %d rollbacks after process kills, want 0:\n%s", killRollbacks, r.relay.out)
+			}
+			faults := kills
+			var pf *powerFailure
+			if fsync == "everysec" {
+				faults++
+				pf = r.powerFailure(t, time.Second)
+				rd, cd := r.waitResumed(t, 30*time.Second)
+				relayResume, consumerResume = append(relayResume, rd), append(consumerResume, cd)
+				r.requireRunning(t, "after the power failure")
+				time.Sleep(time.Second)
+			}
+			a, docs := r.finish(t)
+			r.requireRunning(t, "at the end")
+			logs := r.checkOutageLogs(t, faults)
+			note := fmt.Sprintf("%d writes, %d delete events; no process restarted; after Redis came back the relay wrote again after %v, the group acked again after %v; %s; rollbacks found after the process kills: %d",
+				r.writes(), a.Deletes, roundAll(relayResume), roundAll(consumerResume), logs, killRollbacks)
+			scenario := fmt.Sprintf("Redis SIGKILLed and restarted (appendfsync %s), relay --deletes + 2 consumers", fsync)
+			if pf == nil {
+				note = fmt.Sprintf("process kills lose nothing at appendfsync always (nor would a power failure: each write is fsynced before its reply); %s; %d events applied twice at the target (409), 0 effective",
+					note, r.dst.VersionConflicts())
+			} else {
+				scenario += " + 1 simulated power failure"
+				a.Wrong -= pf.account(t, r, &note)
+			}
+			if a.Lost+a.Duplicated+a.Wrong != 0 {
+				t.Logf("audit problems:\n%s", strings.Join(a.Problems, "\n"))
+			}
+			record(t, figure{Scenario: scenario, Faults: faults, Entries: a.Entries, Docs: docs,
+				Lost: a.Lost, Duplicated: a.Duplicated, Wrong: a.Wrong, Note: note})
+		})
+	}
+}
+
+// powerFailure is what a simulated power failure rolled back: the feed as
+// Redis had it when killed and as it came back, each read from a copy of
+// its AOF loaded into a server of its own.
+type powerFailure struct {
+	before, after           redisState
+	size, cut               int64 // of the incr AOF file
+	conflicts               int64 // 409s at the target before the failure
+	truncatedLoad, multiCut bool  // what Redis said loading the cut file
+}
+
+// redisState is the part of a feed's Redis the rollback is measured on.
+type redisState struct {
+	events  []redisx.Event
+	group   redis.XInfoGroup
+	commits int64 // the meta commit counter
+}
+
+// powerFailure simulates the OS losing the writes of the last `lost` of
+// time (everysec fsyncs once a second): it notes the size of the AOF's
+// incr file, lets the feed run on (at least `lost`, and until the relay
+// added 100 entries, so that there is something to lose even on a slow
+// machine), SIGKILLs Redis, keeps a copy of the whole AOF, cuts the incr
+// file back to the noted size rounded down to a 4 KiB page (what reached
+// the disk; most likely inside a command, maybe inside a MULTI: Redis
+// drops the partial tail, aof-load-truncated) and starts Redis on it.
+func (r *redisFaultRig) powerFailure(tb testing.TB, lost time.Duration) *powerFailure {
+	tb.Helper()
+	incr, err := filepath.Glob(filepath.Join(r.srv.AOFDir(), "*.incr.aof"))
+	if err != nil || len(incr) != 1 {
+		tb.Fatalf("want one incr AOF file in %s, got %v (%v)", r.srv.AOFDir(), incr, err)
+	}
+	pf := &powerFailure{cut: fileSize(tb, incr[0]) &^ 4095, conflicts: r.dst.VersionConflicts()}
+	from, _ := r.progress()
+	time.Sleep(lost)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if p, ok := r.progress(); ok && p.added >= from.added+100 {
+			break
+		}
+	}
+	r.srv.Stop()
+	whole, cut := tb.TempDir(), tb.TempDir()
+	copyDir(tb, r.srv.AOFDir(), filepath.Join(whole, "appendonlydir"))
+	pf.size = fileSize(tb, incr[0])
+	if err := os.Truncate(incr[0], pf.cut); err != nil {
+		tb.Fatal(err)
+	}
+	copyDir(tb, r.srv.AOFDir(), filepath.Join(cut, "appendonlydir"))
+	r.srv.StartAgain()
+	var log string
+	pf.before, _ = r.inspect(tb, whole)
+	pf.after, log = r.inspect(tb, cut)
+	pf.truncatedLoad = strings.Contains(log, "aof-load-truncated")
+	pf.multiCut = strings.Contains(log, "MULTI")
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "!!!") || strings.Contains(l, "MULTI") || strings.Contains(l, "truncated") {
+			tb.Logf("redis loading the cut AOF: %s", l)
+		}
+	}
+	tb.Logf("power failure: incr AOF cut from %d to %d bytes; Redis loading it: truncated tail %v, incomplete MULTI dropped %v",
+		pf.size, pf.cut, pf.truncatedLoad, pf.multiCut)
+	return pf
+}
+
+// inspect loads the AOF in dir into a server of its own and reads the
+// feed's state there; it returns it and what the server logged.
+func (r *redisFaultRig) inspect(tb testing.TB, dir string) (redisState, string) {
+	tb.Helper()
+	srv := redistest.Start(tb, redistest.Options{Args: []string{"--appendonly", "yes", "--dir", dir}})
+	defer srv.Stop()
+	rdb := srv.Client(tb)
+	st := redisState{events: entries(tb, rdb, r.f.keys.Events())}
+	gs, err := rdb.XInfoGroups(context.Background(), r.f.keys.Events()).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, g := range gs {
+		if g.Name == rigGroup {
+			st.group = g
+		}
+	}
+	st.commits, _ = rdb.HGet(context.Background(), r.f.keys.Meta(), "commits").Int64()
+	return st, srv.Log()
+}
+
+func fileSize(tb testing.TB, path string) int64 {
+	tb.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return st.Size()
+}
+
+func copyDir(tb testing.TB, from, to string) {
+	tb.Helper()
+	if err := os.MkdirAll(to, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	des, err := os.ReadDir(from)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, de := range des {
+		b, err := os.ReadFile(filepath.Join(from, de.Name()))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(to, de.Name()), b, 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// account checks the rollback was a clean cut — the stream Redis came back
+// with is a prefix of the one it had, and no entry left holds a seq no
+// above its shard's restored checkpoint — and measures its cost: entries
+// rolled back and emitted again, deletes emitted for documents whose
+// upserts were rolled back (consumers may have applied them; the audit of
+// the surviving stream calls such a delete false, so their number is
+// returned to be taken off its Wrong count), and events consumers applied
+// twice. It appends the figures to note.
+func (pf *powerFailure) account(tb testing.TB, r *redisFaultRig, note *string) (repairDeletes int) {
+	tb.Helper()
+	before, after := pf.before.events, pf.after.events
+	if len(before)-len(after) < 10 {
+		tb.Fatalf("the simulated power failure rolled back too little to test anything (%d entries before, %d after)", len(before), len(after))
+	}
+	for i, e := range after {
+		if e.StreamID != before[i].StreamID {
+			tb.Fatalf("the restored stream is not a prefix of the one before: entry %d is %s, was %s", i, e.StreamID, before[i].StreamID)
+		}
+	}
+	if pf.after.commits >= pf.before.commits {
+		tb.Errorf("the commit counter did not roll back with the stream: %d before, %d after", pf.before.commits, pf.after.commits)
+	}
+	rolled := before[len(after):]
+	cutID := "0-0"
+	if len(after) > 0 {
+		cutID = after[len(after)-1].StreamID
+	}
+	final := entries(tb, r.rdb, r.f.keys.Events())
+	type opKey struct {
+		uuid  string
+		shard int
+		seq   int64
+	}
+	upserts := map[opKey]bool{}
+	deleted := map[docKey]bool{}
+	for _, e := range final {
+		if lessStreamID(cutID, e.StreamID) {
+			switch e.Op {
+			case redisx.OpUpsert:
+				upserts[opKey{e.IndexUUID, e.Shard, e.SeqNo}] = true
+			case redisx.OpDelete:
+				deleted[docKey{e.IndexUUID, e.Shard, e.ID}] = true
+			}
+		}
+	}
+	var rolledUpserts, again, rolledDeletes, deletesAgain int
+	rolledDoc := map[docKey]int64{} // rolled-back upserts: doc -> highest seq
+	for _, e := range rolled {
+		k := docKey{e.IndexUUID, e.Shard, e.ID}
+		switch e.Op {
+		case redisx.OpUpsert:
+			rolledUpserts++
+			if upserts[opKey{e.IndexUUID, e.Shard, e.SeqNo}] {
+				again++
+			}
+			rolledDoc[k] = max(rolledDoc[k], e.SeqNo)
+		case redisx.OpDelete:
+			rolledDeletes++
+			if deleted[k] {
+				deletesAgain++
+			}
+		}
+	}
+	// Deletes of documents the surviving stream never delivered, whose
+	// rolled-back upsert was deleted since in the cluster.
+	history := map[docKey][]int64{}
+	uuid := indexUUID(tb, r.src, rigIndex)
+	for n := 0; ; n++ {
+		st, err := r.src.ShardState(rigIndex, n)
+		if err != nil {
+			break
+		}
+		primary := 0
+		for i, c := range st.Copies {
+			if c.Primary && c.Started {
+				primary = i
+			}
+		}
+		ops, err := r.src.History(rigIndex, n, primary)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, o := range ops {
+			if o.Type == "delete" {
+				k := docKey{uuid, n, o.ID}
+				history[k] = append(history[k], o.SeqNo)
+			}
+		}
+	}
+	delivered := map[docKey]bool{}
+	for _, e := range final {
+		k := docKey{e.IndexUUID, e.Shard, e.ID}
+		switch e.Op {
+		case redisx.OpUpsert:
+			delivered[k] = true
+		case redisx.OpDelete:
+			seq, wasRolled := rolledDoc[k]
+			if delivered[k] || !wasRolled {
+				continue
+			}
+			for _, d := range history[k] {
+				if d > seq {
+					repairDeletes++
+					break
+				}
+			}
+		}
+	}
+	repeats := r.dst.VersionConflicts() - pf.conflicts
+	tb.Logf("power failure: stream %d -> %d entries; commits %d -> %d; group %s last delivered %s -> %s, pending %d -> %d",
+		len(before), len(after), pf.before.commits, pf.after.commits, rigGroup,
+		pf.before.group.LastDeliveredID, pf.after.group.LastDeliveredID, pf.before.group.Pending, pf.after.group.Pending)
+	*note += fmt.Sprintf("; power failure (everysec; the AOF cut back %d KiB, to a page, as it was over 1 s before the kill; partial command dropped at load %v, incomplete MULTI reverted %v): %d commits and %d entries rolled back together (%d upserts, %d deletes), the group's last-delivered id with them (%d pending before, %d after); "+
+		"the relay detected it and read again from the cluster: %d of the upserts emitted again (same seq no; the other %d documents changed since and were emitted at their newer state), %d of the deletes emitted again, "+
+		"%d deletes emitted for documents whose rolled-back upsert consumers may have applied and that were deleted since; consumers applied %d events twice (409 at the target), 0 effective; the mirror is exact",
+		(pf.size-pf.cut)/1024, pf.truncatedLoad, pf.multiCut, pf.before.commits-pf.after.commits, len(rolled), rolledUpserts, rolledDeletes,
+		pf.before.group.Pending, pf.after.group.Pending,
+		again, rolledUpserts-again, deletesAgain, repairDeletes, repeats)
+	return repairDeletes
+}
+
+// lessStreamID compares stream ids ("ms-seq").
+func lessStreamID(a, b string) bool {
+	var am, as, bm, bs uint64
+	fmt.Sscanf(a, "%d-%d", &am, &as)
+	fmt.Sscanf(b, "%d-%d", &bm, &bs)
+	return am < bm || (am == bm && as < bs)
+}
+
+// TestReliability_RedisRestartedEmpty restarts the feed's Redis without
+// persistence under the running relay (--deletes) while writers write: the
+// relay must not start the feed again silently (consumers would never get
+// the deletes of the gap). It must exit 1 telling the user to run `resync`,
+// leaving nothing in the empty Redis; `resync` then `run` rebuild a
+// complete stream.
+func TestReliability_RedisRestartedEmpty(t *testing.T) {
+	binary(t)
+	srv := redistest.Start(t)
+	r := startRedisFaultRig(t, srv, "volatile", 0)
+	ctx := context.Background()
+	waitCaughtUp(t, r.src, r.f.store, []string{rigIndex}, 30*time.Second)
+	time.Sleep(time.Second)
+	before, _ := r.rdb.XLen(ctx, r.f.keys.Events()).Result()
+	srv.Restart()
+	restarted := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- r.relay.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the relay kept running on a Redis that lost the feed:\n%s", r.relay.out)
+	}
+	took := time.Since(restarted)
+	code := r.relay.cmd.ProcessState.ExitCode()
+	out := strings.TrimSpace(r.relay.out.String())
+	last := out[strings.LastIndex(out, "\n")+1:]
+	if code != 1 || !strings.Contains(last, "state is lost") || !strings.Contains(last, "es-changefeed resync") {
+		t.Fatalf("exit %d, last line %q; want exit 1 and a line saying the state is lost and to run `es-changefeed resync`:\n%s", code, last, out)
+	}
+	if keys, err := r.rdb.Keys(ctx, "*").Result(); err != nil || len(keys) != 0 {
+		t.Fatalf("the refusing relay wrote to the empty Redis: keys %v (%v)", keys, err)
+	}
+	for _, l := range logLines(r.relay, "level=WARN", "level=ERROR", "es-changefeed:") {
+		t.Logf("relay: %s", l)
+	}
+	// Changes and deletes go on while no relay runs. The snapshot is taken
+	// once the writers stopped and every op is below the global checkpoint
+	// (an op above it would be in the snapshot and read again after).
+	time.Sleep(time.Second)
+	r.stopWriters()
+	waitSettled(t, r.src, rigIndex)
+	q := startBinary(t, r.relayArgs("resync")...)
+	waitCaughtUp(t, r.src, r.f.store, []string{rigIndex}, 30*time.Second)
+	if err := q.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.cmd.Wait(); err != nil {
+		t.Fatalf("resync after SIGTERM: %v\n%s", err, q.out)
+	}
+	p := startBinary(t, r.relayArgs("run")...)
+	for i := 0; i < 20; i++ {
+		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/after-%d", r.src.URL(), rigIndex, i), `{"after":"resync"}`)
+	}
+	mustDo(t, "DELETE", fmt.Sprintf("%s/%s/_doc/after-3", r.src.URL(), rigIndex), "")
+	waitCaughtUp(t, r.src, r.f.store, []string{rigIndex}, 30*time.Second)
+	evs := waitMirror(t, r.src, r.f, rigIndex, 30*time.Second)
+	if !binaryRunning(p) {
+		t.Fatalf("run after resync exited:\n%s", p.out)
+	}
+	p.kill()
+	var starts, ends int
+	for _, e := range evs {
+		switch e.Op {
+		case redisx.OpSnapshotStart:
+			starts++
+		case redisx.OpSnapshotEnd:
+			ends++
+		}
+	}
+	if starts != 1 || ends != 1 {
+		t.Errorf("snapshot_start %d, snapshot_end %d; want 1 each", starts, ends)
+	}
+	a := audit(t, r.src, []string{rigIndex}, evs)
+	if a.Lost+a.Duplicated+a.Wrong != 0 {
+		t.Logf("audit problems:\n%s", strings.Join(a.Problems, "\n"))
+	}
+	record(t, figure{Scenario: "Redis restarted without persistence (state gone) under the relay", Faults: 1,
+		Entries: a.Entries, Docs: a.Docs, Lost: a.Lost, Duplicated: a.Duplicated, Wrong: a.Wrong,
+		Note: fmt.Sprintf("%d entries were lost with Redis; the running relay exited 1 %s after Redis answered again, saying to run `es-changefeed resync`, writing nothing to the empty Redis; resync then run rebuilt the stream (snapshot of %d documents, %d deletes after); "+
+			"a relay started afresh on the empty Redis cannot tell it from a new feed",
+			before, took.Round(time.Millisecond), a.Docs, a.Deletes)})
+}
+
+// logLines returns the lines of a process's output that contain any of subs.
+func logLines(p *proc, subs ...string) []string {
+	var out []string
+	for _, l := range strings.Split(p.out.String(), "\n") {
+		for _, s := range subs {
+			if strings.Contains(l, s) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// waitSettled waits until every shard's global checkpoint covers every op
+// started.
+func waitSettled(tb testing.TB, c *esemu.Cluster, index string) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for n := 0; ; n++ {
+		st, err := c.ShardState(index, n)
+		if err != nil {
+			return
+		}
+		for st.GlobalCheckpoint != st.NextSeqNo-1 {
+			if time.Now().After(deadline) {
+				tb.Fatalf("%s/%d: gcp %d behind next seq %d", index, n, st.GlobalCheckpoint, st.NextSeqNo)
+			}
+			time.Sleep(20 * time.Millisecond)
+			if st, err = c.ShardState(index, n); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+}
+
+func roundAll(ds []time.Duration) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(10 * time.Millisecond).String()
+	}
+	return out
+}
