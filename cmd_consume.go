@@ -40,6 +40,7 @@ func consumeCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "bulk-es", Usage: "bulk sink: the target cluster's URL (repeatable)", Sources: cli.EnvVars("ESCF_BULK_ES_URL")},
 			&cli.StringFlag{Name: "bulk-user", Usage: "bulk sink: basic auth user", Sources: cli.EnvVars("ESCF_BULK_USER")},
 			&cli.StringFlag{Name: "bulk-password", Usage: "bulk sink: basic auth password", Sources: cli.EnvVars("ESCF_BULK_PASSWORD")},
+			caCertFlag("bulk", "ESCF_BULK", "the target cluster"), insecureFlag("bulk", "ESCF_BULK", "the target cluster"),
 			&cli.StringFlag{Name: "bulk-index", Value: "{index}", Usage: "bulk sink: target index name template ({index}, {index_uuid})", Sources: cli.EnvVars("ESCF_BULK_INDEX")},
 			&cli.StringFlag{Name: "cache-redis", Usage: "redis sink: the cache's Redis URL (default: the feed's)", Sources: cli.EnvVars("ESCF_CACHE_REDIS_URL")},
 			&cli.StringFlag{Name: "cache-key", Value: sink.DefaultRedisKey, Usage: "redis sink: key template ({index}, {index_uuid}, {shard}, {id}, {routing})", Sources: cli.EnvVars("ESCF_CACHE_KEY")},
@@ -60,21 +61,21 @@ func consumeAction(ctx context.Context, cmd *cli.Command) error {
 	if group == "" {
 		return usagef("no consumer group: pass --group <name> (or ESCF_GROUP)")
 	}
-	if err := redisx.ValidateFeed(feed); err != nil {
-		return usageError{err}
+	if err := checkFeed(feed); err != nil {
+		return err
 	}
-	rdb, err := redisx.NewClient(cmd.String("redis"))
-	if err != nil {
-		return usageError{fmt.Errorf("--redis: %w", err)}
-	}
-	defer rdb.Close()
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		return fmt.Errorf("cannot reach Redis at %s: %w", redisx.Redact(cmd.String("redis")), err)
+	if err := checkSinkFlags(cmd); err != nil {
+		return err
 	}
 	keys := redisx.NewKeys(feed)
-	s, err := newSink(cmd, rdb, keys, log)
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rdb, err := connectRedis(pctx, cmd.String("redis"), keys)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	s, err := newSink(pctx, cmd, rdb, keys, log)
 	if err != nil {
 		return err
 	}
@@ -104,8 +105,35 @@ func consumeAction(ctx context.Context, cmd *cli.Command) error {
 	return runErr
 }
 
-// newSink builds the sink named by --sink from its flags.
-func newSink(cmd *cli.Command, rdb redis.UniversalClient, keys redisx.Keys, log *slog.Logger) (sink.Sink, error) {
+// sinkFlags are the flags that belong to each sink.
+var sinkFlags = map[string][]string{
+	"file":  {"file-path", "file-max-bytes", "file-keep"},
+	"http":  {"http-url", "http-timeout", "http-header"},
+	"bulk":  {"bulk-es", "bulk-user", "bulk-password", "bulk-ca-cert", "bulk-insecure", "bulk-index"},
+	"redis": {"cache-redis", "cache-key", "cache-mode", "cache-ttl"},
+}
+
+// checkSinkFlags refuses a flag of another sink than --sink's: it would be
+// silently ignored.
+func checkSinkFlags(cmd *cli.Command) error {
+	chosen := cmd.String("sink")
+	for _, name := range []string{"file", "http", "bulk", "redis"} {
+		if name == chosen {
+			continue
+		}
+		for _, f := range sinkFlags[name] {
+			if cmd.IsSet(f) {
+				return usagef("--%s belongs to --sink %s, but --sink is %q: drop --%s, or pass --sink %s", f, name, chosen, f, name)
+			}
+		}
+	}
+	return nil
+}
+
+// newSink builds the sink named by --sink from its flags. The bulk sink's
+// cluster is contacted once, so bad URLs, credentials or certificates stop
+// consume at once instead of dead-lettering events.
+func newSink(ctx context.Context, cmd *cli.Command, rdb redis.UniversalClient, keys redisx.Keys, log *slog.Logger) (sink.Sink, error) {
 	switch name := cmd.String("sink"); name {
 	case "stdout":
 		s, err := sink.NewStdout(sink.StdoutConfig{Writer: cmd.Root().Writer})
@@ -135,9 +163,20 @@ func newSink(cmd *cli.Command, rdb redis.UniversalClient, keys redisx.Keys, log 
 		if len(urls) == 0 {
 			return nil, usagef("--sink bulk needs --bulk-es <target cluster URL>")
 		}
-		client, err := es.New(es.Config{URLs: urls, Username: cmd.String("bulk-user"), Password: cmd.String("bulk-password")})
+		caPEM, insecure, err := clusterTLS(cmd, "bulk")
+		if err != nil {
+			return nil, err
+		}
+		client, err := es.New(es.Config{URLs: urls, Username: cmd.String("bulk-user"), Password: cmd.String("bulk-password"),
+			CACertPEM: caPEM, InsecureSkipVerify: insecure})
 		if err != nil {
 			return nil, usagef("--bulk-es: %v", err)
+		}
+		if insecure {
+			warnInsecure(log, "bulk-insecure", client.URLs())
+		}
+		if _, err := client.Info(ctx); err != nil {
+			return nil, fmt.Errorf("--sink bulk: %w", explainES(err, "bulk-es", "bulk", cmd.String("bulk-user")))
 		}
 		s, err := sink.NewBulk(sink.BulkConfig{ES: client, Redis: rdb, Keys: keys, IndexTemplate: cmd.String("bulk-index"), Logger: log})
 		return s, wrapUsage("bulk", err)

@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -19,10 +19,13 @@ import (
 
 func runCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "run",
-		Usage:  "follow indices and write their changes to the feed's Redis Stream",
-		Flags:  append(relayFlags(), logFlags()...),
-		Action: func(ctx context.Context, cmd *cli.Command) error { return relayAction(ctx, cmd, false) },
+		Name:  "run",
+		Usage: "follow indices and write their changes to the feed's Redis Stream",
+		// --index is split by SplitTargets, which keeps "a-*,-a-x" whole;
+		// --es by splitList.
+		DisableSliceFlagSeparator: true,
+		Flags:                     append(relayFlags(), logFlags()...),
+		Action:                    func(ctx context.Context, cmd *cli.Command) error { return relayAction(ctx, cmd, false) },
 	}
 }
 
@@ -31,8 +34,9 @@ func resyncCommand() *cli.Command {
 		Name: "resync",
 		Usage: "rebuild a feed whose state was lost (or that you want to rebuild): snapshot_start, every current document, " +
 			"snapshot_end with counts; then follow as run does",
-		Flags:  append(relayFlags(), logFlags()...),
-		Action: func(ctx context.Context, cmd *cli.Command) error { return relayAction(ctx, cmd, true) },
+		DisableSliceFlagSeparator: true, // as run
+		Flags:                     append(relayFlags(), logFlags()...),
+		Action:                    func(ctx context.Context, cmd *cli.Command) error { return relayAction(ctx, cmd, true) },
 	}
 }
 
@@ -42,6 +46,7 @@ func relayFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "es", Value: []string{es.DefaultURL}, Usage: "Elasticsearch/OpenSearch URL (repeat for several nodes)", Sources: cli.EnvVars("ESCF_ES_URL")},
 		&cli.StringFlag{Name: "es-user", Usage: "basic auth user", Sources: cli.EnvVars("ESCF_ES_USER")},
 		&cli.StringFlag{Name: "es-password", Usage: "basic auth password", Sources: cli.EnvVars("ESCF_ES_PASSWORD")},
+		caCertFlag("es", "ESCF_ES", "the cluster"), insecureFlag("es", "ESCF_ES", "the cluster"),
 		&cli.StringFlag{Name: "redis", Value: "redis://localhost:6379/0", Usage: "Redis URL (redis:// or rediss://)", Sources: cli.EnvVars("ESCF_REDIS_URL")},
 		&cli.StringFlag{Name: "feed", Value: "default", Usage: "feed name: the Redis keys are escf:{<feed>}:…", Sources: cli.EnvVars("ESCF_FEED")},
 		&cli.StringSliceFlag{Name: "index", Usage: "index, pattern (logs-*,-logs-debug*), alias or data stream to follow (repeatable, comma-separated)", Sources: cli.EnvVars("ESCF_INDEX")},
@@ -69,6 +74,8 @@ type runConfig struct {
 	esURLs     []string
 	esUser     string
 	esPassword string
+	esCACert   []byte
+	esInsecure bool
 	redisURL   string
 	feed       string
 	targets    []string
@@ -104,6 +111,16 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 		trim:              cmd.Bool("trim"), trimInterval: cmd.Duration("trim-interval"), maxStreamLen: cmd.Int64("max-stream-len"),
 		minRetention: cmd.Duration("min-retention"), maxBacklog: cmd.Int64("max-backlog"), metricsAddr: cmd.String("metrics-addr"),
 	}
+	if err := needs(cmd, "deletes", "delete-scan-interval", "max-delete-fraction", "delete-listing", "index-deleted-event"); err != nil {
+		return c, err
+	}
+	if err := needs(cmd, "trim", "trim-interval", "max-stream-len", "min-retention"); err != nil {
+		return c, err
+	}
+	var err error
+	if c.esCACert, c.esInsecure, err = clusterTLS(cmd, "es"); err != nil {
+		return c, err
+	}
 	if c.maxBacklog < 0 || c.maxStreamLen < 1 || c.trimInterval <= 0 || c.minRetention < 0 {
 		return c, usagef("--max-backlog, --max-stream-len, --trim-interval and --min-retention must be positive (--max-backlog 0: never pause)")
 	}
@@ -120,8 +137,8 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 	if len(c.targets) == 0 {
 		return c, usagef("no index to follow: pass --index <name, pattern, alias or data stream> (or ESCF_INDEX)")
 	}
-	if err := redisx.ValidateFeed(c.feed); err != nil {
-		return c, usageError{err}
+	if err := checkFeed(c.feed); err != nil {
+		return c, err
 	}
 	if c.batch < 1 || c.batch > 10000 {
 		return c, usagef("--batch-size %d: want 1..10000", c.batch)
@@ -133,7 +150,8 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 		return c, usagef("--es: %v", err)
 	}
 	if _, err := url.Parse(c.redisURL); err != nil {
-		return c, usagef("--redis: %v", err)
+		// Not err itself: a *url.Error quotes the whole URL, password included.
+		return c, usagef("--redis %q: %v", redisx.Redact(c.redisURL), err.(*url.Error).Err)
 	}
 	return c, nil
 }
@@ -157,26 +175,27 @@ func relayAction(ctx context.Context, cmd *cli.Command, resync bool) error {
 // runRelay connects, checks what the user named, and runs the relay until
 // ctx ends. With resync it first rebuilds the feed with a snapshot.
 func runRelay(ctx context.Context, cfg runConfig, log *slog.Logger, resync bool, progress func(done, total int64)) error {
-	rdb, err := redisx.NewClient(cfg.redisURL)
-	if err != nil {
-		return usageError{fmt.Errorf("--redis: %w", err)}
-	}
-	defer rdb.Close()
+	keys := redisx.NewKeys(cfg.feed)
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		return fmt.Errorf("cannot reach Redis at %s: %w", redisx.Redact(cfg.redisURL), err)
+	rdb, err := connectRedis(pctx, cfg.redisURL, keys)
+	if err != nil {
+		return err
 	}
-	client, err := es.New(es.Config{URLs: cfg.esURLs, Username: cfg.esUser, Password: cfg.esPassword})
+	defer rdb.Close()
+	client, err := es.New(es.Config{URLs: cfg.esURLs, Username: cfg.esUser, Password: cfg.esPassword,
+		CACertPEM: cfg.esCACert, InsecureSkipVerify: cfg.esInsecure})
 	if err != nil {
 		return usageError{err}
 	}
+	if cfg.esInsecure {
+		warnInsecure(log, "es-insecure", client.URLs())
+	}
 	info, err := client.Info(pctx)
 	if err != nil {
-		return explainES(err, cfg)
+		return explainES(err, "es", "es", cfg.esUser)
 	}
 	log.Info("connected", "distribution", info.Distribution, "version", info.Version, "cluster", info.ClusterName)
-	keys := redisx.NewKeys(cfg.feed)
 	lease, err := redisx.NewLease(redisx.LeaseConfig{Client: rdb, Key: keys.Lease(), TTL: cfg.leaseTTL, Owner: ownerName()})
 	if err != nil {
 		return err
@@ -235,22 +254,33 @@ func runRelay(ctx context.Context, cfg runConfig, log *slog.Logger, resync bool,
 // checkTargets resolves every target once: a name that exists nowhere is
 // refused (unless the feed followed an index of that name: it is gone, and
 // the relay emits its end); a pattern that matches nothing yet is a warning;
-// an index whose sequence numbers are disabled is refused.
+// an index whose sequence numbers are disabled is refused. A closed index
+// is skipped with a warning (the relay reads it once it is reopened) —
+// except one named explicitly that the feed never followed: that is almost
+// certainly a mistake, and is refused.
 func checkTargets(ctx context.Context, client *es.Client, store *checkpoint.Store, cfg runConfig, log *slog.Logger) error {
 	var state *checkpoint.State
+	followed := func(match func(checkpoint.IndexInfo) bool) (bool, error) {
+		if state == nil {
+			st, err := store.Load(ctx)
+			if err != nil {
+				return false, err
+			}
+			state = &st
+		}
+		for _, info := range state.Indices {
+			if match(info) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
 	for _, expr := range cfg.targets {
 		res, err := client.Resolve(ctx, expr, cfg.hidden)
 		if es.IsNotFound(err) {
-			if state == nil {
-				st, lerr := store.Load(ctx)
-				if lerr != nil {
-					return lerr
-				}
-				state = &st
-			}
-			known := false
-			for _, info := range state.Indices {
-				known = known || info.Target == expr || info.Name == expr
+			known, lerr := followed(func(info checkpoint.IndexInfo) bool { return info.Target == expr || info.Name == expr })
+			if lerr != nil {
+				return lerr
 			}
 			if known {
 				continue
@@ -259,43 +289,50 @@ func checkTargets(ctx context.Context, client *es.Client, store *checkpoint.Stor
 				expr, client.URLs(), err, expr+"*")
 		}
 		if err != nil {
-			return explainES(err, cfg)
+			return explainES(err, "es", "es", cfg.esUser)
 		}
 		if len(res.Indices) == 0 {
 			log.Warn("the expression matches no index yet; the relay waits for one", "target", expr)
 		}
 		for _, ix := range res.Indices {
 			if ix.Closed {
+				if namesExplicitly(expr, ix.Name) {
+					known, lerr := followed(func(info checkpoint.IndexInfo) bool { return info.Name == ix.Name })
+					if lerr != nil {
+						return lerr
+					}
+					if !known {
+						return fmt.Errorf("index %s (--index %q) is closed, and a closed index cannot be read: open it (POST /%s/_open), or follow it with a pattern such as %q to wait until it is reopened",
+							ix.Name, expr, ix.Name, ix.Name+"*")
+					}
+				}
 				log.Warn("index is closed: skipping it until it is reopened", "index", ix.Name, "target", expr)
 				continue
 			}
 			settings, err := client.Settings(ctx, ix.Name)
 			if err != nil {
-				return explainES(err, cfg)
+				return explainES(err, "es", "es", cfg.esUser)
 			}
 			if settings.SequenceNumbersDisabled {
-				return fmt.Errorf("index %s (matched by --index %q) has sequence numbers disabled (index.disable_sequence_numbers: true, the default for time_series indices from Elasticsearch 9.4): a change feed reads documents by _seq_no and cannot follow it; exclude it (e.g. %q)",
-					ix.Name, expr, expr+",-"+ix.Name)
+				todo := fmt.Sprintf("exclude it (e.g. %q)", expr+",-"+ix.Name)
+				if namesExplicitly(expr, ix.Name) {
+					todo = "remove it from --index"
+				}
+				return fmt.Errorf("index %s (matched by --index %q) has sequence numbers disabled (index.disable_sequence_numbers: true, the default for time_series indices from Elasticsearch 9.4): a change feed reads documents by _seq_no and cannot follow it; %s",
+					ix.Name, expr, todo)
 			}
 		}
 	}
 	return nil
 }
 
-// explainES turns a failed startup call into one line a user can act on.
-func explainES(err error, cfg runConfig) error {
-	var ee *es.Error
-	switch {
-	case errors.Is(err, es.ErrUnauthorized):
-		who := "no credentials"
-		if cfg.esUser != "" {
-			who = fmt.Sprintf("user %q", cfg.esUser)
+// namesExplicitly reports whether an --index expression names the index
+// itself (an element without wildcards), not through a pattern or alias.
+func namesExplicitly(expr, index string) bool {
+	for _, el := range strings.Split(expr, ",") {
+		if el = strings.TrimSpace(el); el == index {
+			return true
 		}
-		return fmt.Errorf("Elasticsearch refused %s (%v): check --es-user/--es-password", who, err)
-	case errors.Is(err, es.ErrNotFound):
-		return fmt.Errorf("%v: check --index (the indices must exist)", err)
-	case errors.As(err, &ee) && ee.Status == 0:
-		return fmt.Errorf("cannot reach Elasticsearch: %v: check --es", err)
 	}
-	return err
+	return false
 }

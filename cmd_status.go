@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -27,6 +28,7 @@ func statusCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "es", Usage: "cluster URL, to show each shard's global checkpoint and lag (optional)", Sources: cli.EnvVars("ESCF_ES_URL")},
 			&cli.StringFlag{Name: "es-user", Sources: cli.EnvVars("ESCF_ES_USER")},
 			&cli.StringFlag{Name: "es-password", Sources: cli.EnvVars("ESCF_ES_PASSWORD")},
+			caCertFlag("es", "ESCF_ES", "the cluster"), insecureFlag("es", "ESCF_ES", "the cluster"),
 			&cli.Int64Flag{Name: "max-lag", Value: status.DefaultMaxLag, Usage: "unhealthy above this lag (shard operations or group entries)", Sources: cli.EnvVars("ESCF_MAX_LAG")},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		},
@@ -36,26 +38,38 @@ func statusCommand() *cli.Command {
 
 func statusAction(ctx context.Context, cmd *cli.Command) error {
 	feed := cmd.String("feed")
-	if err := redisx.ValidateFeed(feed); err != nil {
-		return usageError{err}
+	if err := checkFeed(feed); err != nil {
+		return err
 	}
-	rdb, err := redisx.NewClient(cmd.String("redis"))
+	caPEM, insecure, err := clusterTLS(cmd, "es")
 	if err != nil {
-		return usageError{fmt.Errorf("--redis: %w", err)}
+		return err
 	}
-	defer rdb.Close()
+	keys := redisx.NewKeys(feed)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("cannot reach Redis at %s: %w", redisx.Redact(cmd.String("redis")), err)
+	rdb, err := connectRedis(ctx, cmd.String("redis"), keys)
+	if err != nil {
+		return err
 	}
-	src := status.Sources{Redis: rdb, Keys: redisx.NewKeys(feed), MaxLag: cmd.Int64("max-lag")}
+	defer rdb.Close()
+	src := status.Sources{Redis: rdb, Keys: keys, MaxLag: cmd.Int64("max-lag")}
 	if urls := splitList(cmd.StringSlice("es")); len(urls) > 0 {
-		client, err := es.New(es.Config{URLs: urls, Username: cmd.String("es-user"), Password: cmd.String("es-password"), RequestTimeout: 10 * time.Second})
+		client, err := es.New(es.Config{URLs: urls, Username: cmd.String("es-user"), Password: cmd.String("es-password"), RequestTimeout: 10 * time.Second,
+			CACertPEM: caPEM, InsecureSkipVerify: insecure})
 		if err != nil {
 			return usageError{fmt.Errorf("--es: %w", err)}
 		}
+		if insecure {
+			warnInsecure(slog.New(slog.NewTextHandler(cmd.Root().ErrWriter, nil)), "es-insecure", client.URLs())
+		}
 		src.ES = client
+	} else {
+		for _, f := range []string{"es-ca-cert", "es-insecure"} {
+			if cmd.IsSet(f) {
+				return usagef("--%s needs --es: add --es <cluster URL>, or drop --%s", f, f)
+			}
+		}
 	}
 	rep, err := status.Gather(ctx, src)
 	if err != nil {

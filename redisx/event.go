@@ -142,25 +142,29 @@ func ParseEvent(msg redis.XMessage) (Event, error) {
 	if e.IndexUUID, err = str("index_uuid", doc); err != nil {
 		return e, err
 	}
-	shard, err := num("shard", doc)
-	if err != nil {
-		return e, err
-	}
-	e.Shard = int(shard)
-	if e.ID, err = str("id", doc); err != nil {
-		return e, err
-	}
-	if e.Routing, err = str("routing", false); err != nil {
-		return e, err
-	}
-	if e.SeqNo, err = num("seq_no", doc); err != nil {
-		return e, err
-	}
-	if e.PrimaryTerm, err = num("primary_term", false); err != nil {
-		return e, err
-	}
-	if e.Version, err = num("version", false); err != nil {
-		return e, err
+	// Document fields belong to upsert and delete only (Values writes them
+	// for nothing else); on other ops they are unknown fields, ignored.
+	if doc {
+		shard, err := num("shard", true)
+		if err != nil {
+			return e, err
+		}
+		e.Shard = int(shard)
+		if e.ID, err = str("id", true); err != nil {
+			return e, err
+		}
+		if e.Routing, err = str("routing", false); err != nil {
+			return e, err
+		}
+		if e.SeqNo, err = num("seq_no", true); err != nil {
+			return e, err
+		}
+		if e.PrimaryTerm, err = num("primary_term", false); err != nil {
+			return e, err
+		}
+		if e.Version, err = num("version", false); err != nil {
+			return e, err
+		}
 	}
 	src, err := str("source", e.Op == OpUpsert)
 	if err != nil {
@@ -179,7 +183,7 @@ func ParseEvent(msg redis.XMessage) (Event, error) {
 	if err != nil {
 		return e, err
 	}
-	if counts != "" {
+	if counts != "" || e.Op == OpSnapshotEnd { // required: "" is malformed too
 		if err := json.Unmarshal([]byte(counts), &e.Counts); err != nil {
 			return e, fmt.Errorf("%w %s: field \"counts\" is not a JSON object of integers", ErrBadEntry, msg.ID)
 		}

@@ -90,8 +90,20 @@ func (k Keys) Generations() string { return "escf:" + k.tag + ":generations" }
 // the order of the last event applied.
 func (k Keys) Fence(name string) string { return "escf:" + k.tag + ":fence:" + name }
 
-// Pattern matches every key of the feed (for SCAN).
-func (k Keys) Pattern() string { return "escf:" + k.tag + ":*" }
+// Pattern matches every key of the feed, and no other feed's (for SCAN):
+// glob characters of the feed name are escaped.
+func (k Keys) Pattern() string {
+	var b strings.Builder
+	b.WriteString("escf:")
+	for i := 0; i < len(k.tag); i++ {
+		if strings.IndexByte(`*?[]\`, k.tag[i]) >= 0 {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(k.tag[i])
+	}
+	b.WriteString(":*")
+	return b.String()
+}
 
 // Lease is the relay lease.
 func (k Keys) Lease() string { return "escf:" + k.tag + ":lease" }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -191,13 +192,19 @@ func (r *Relay) trim(ctx context.Context, groups []groupState) error {
 	return nil
 }
 
-// nextID is the smallest stream id above id ("0-0" -> "0-1").
+// nextID is the smallest stream id above id ("0-0" -> "0-1", "5-<max>" ->
+// "6-0"); the largest id has none and gives itself.
 func nextID(id string) string {
 	ms, seq, ok := splitID(id)
-	if !ok {
+	switch {
+	case !ok:
 		return "0-0"
+	case seq < math.MaxUint64:
+		seq++
+	case ms < math.MaxUint64:
+		ms, seq = ms+1, 0
 	}
-	return strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq+1, 10)
+	return strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq, 10)
 }
 
 // lessID compares stream ids.

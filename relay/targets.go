@@ -235,9 +235,12 @@ func SplitTargets(values []string) []string {
 			if p == "" {
 				continue
 			}
-			next := ""
-			if i+1 < len(parts) {
-				next = strings.TrimSpace(parts[i+1])
+			next := "" // the next non-empty element: "a,,-b" is one expression
+			for _, q := range parts[i+1:] {
+				if q = strings.TrimSpace(q); q != "" {
+					next = q
+					break
+				}
 			}
 			cur = append(cur, p)
 			if !strings.HasPrefix(next, "-") {

@@ -281,8 +281,10 @@ func (c *Client) SearchShard(ctx context.Context, p ShardPage) ([]Hit, error) {
 			return nil, bad(fmt.Sprintf("_seq_no %d is above the global checkpoint %d", *h.SeqNo, p.UpTo))
 		case h.Index != p.Index:
 			return nil, bad(fmt.Sprintf("from index %q", h.Index))
-		case len(h.Source) == 0:
+		case len(h.Source) == 0 || string(h.Source) == "null":
 			return nil, bad("no _source (is _source disabled in the mapping?)")
+		case h.ID == "":
+			return nil, bad("no _id")
 		}
 		last = *h.SeqNo
 		hits[i] = Hit{ID: h.ID, Routing: h.Routing, SeqNo: *h.SeqNo, PrimaryTerm: *h.PrimaryTerm, Version: *h.Version, Source: h.Source}

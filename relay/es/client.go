@@ -8,6 +8,8 @@ package es
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +19,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/opensearch-project/opensearch-go/v4"
@@ -38,11 +41,19 @@ type Config struct {
 	Password string
 	// RequestTimeout bounds each request. Default 30s.
 	RequestTimeout time.Duration
-	// Transport overrides the HTTP transport (TLS settings). Default: Go's.
+	// Transport overrides the HTTP transport. Default: a clone of Go's
+	// http.DefaultTransport with CACertPEM and InsecureSkipVerify applied
+	// (which must be unset when Transport is set).
 	Transport http.RoundTripper
+	// CACertPEM is a PEM bundle of the certificate authorities that https://
+	// URLs must chain to; it replaces the system roots. Default: the system
+	// roots.
+	CACertPEM []byte
+	// InsecureSkipVerify accepts any server certificate. Default false.
+	InsecureSkipVerify bool
 }
 
-// Validate names the first bad URL.
+// Validate names the first bad URL or setting.
 func (c Config) Validate() error {
 	for _, u := range c.URLs {
 		if err := validateURL(u); err != nil {
@@ -52,13 +63,52 @@ func (c Config) Validate() error {
 	if c.RequestTimeout < 0 {
 		return fmt.Errorf("es config: RequestTimeout = %s: want >= 0", c.RequestTimeout)
 	}
+	if c.InsecureSkipVerify && len(c.CACertPEM) > 0 {
+		return fmt.Errorf("es config: CACertPEM and InsecureSkipVerify are both set: verify with the CA, or skip verification, not both")
+	}
+	if c.Transport != nil && (c.InsecureSkipVerify || len(c.CACertPEM) > 0) {
+		return fmt.Errorf("es config: CACertPEM/InsecureSkipVerify apply to the default transport: set them on Transport instead")
+	}
+	if len(c.CACertPEM) > 0 {
+		if _, err := certPool(c.CACertPEM); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// certPool parses a PEM bundle; it refuses one without any certificate.
+func certPool(pemData []byte) (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pemData) {
+		return nil, fmt.Errorf("es config: CACertPEM holds no PEM certificate (want one or more -----BEGIN CERTIFICATE----- blocks)")
+	}
+	return pool, nil
+}
+
+// transport builds the default transport with the TLS settings.
+func (c Config) transport() (http.RoundTripper, error) {
+	if c.Transport != nil || (len(c.CACertPEM) == 0 && !c.InsecureSkipVerify) {
+		return c.Transport, nil
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.InsecureSkipVerify}
+	if len(c.CACertPEM) > 0 {
+		pool, err := certPool(c.CACertPEM)
+		if err != nil {
+			return nil, err
+		}
+		tc.RootCAs = pool
+	}
+	t.TLSClientConfig = tc
+	return t, nil
 }
 
 func validateURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("bad Elasticsearch URL %q: %v (want http://host:9200 or https://host:9200)", redactURL(raw), err)
+		// Not err itself: a *url.Error quotes the whole URL, password included.
+		return fmt.Errorf("bad Elasticsearch URL %q: %v (want http://host:9200 or https://host:9200)", redactURL(raw), errors.Unwrap(err))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return fmt.Errorf("bad Elasticsearch URL %q: scheme %q (want http://host:9200 or https://host:9200)", redactURL(raw), u.Scheme)
@@ -66,12 +116,31 @@ func validateURL(raw string) error {
 	if u.Host == "" {
 		return fmt.Errorf("bad Elasticsearch URL %q: no host (want http://host:9200)", redactURL(raw))
 	}
+	if strayAt(u) {
+		return fmt.Errorf("bad Elasticsearch URL %q: an '@' after the host (percent-encode '/', '?' and '#' in a password: %%2F, %%3F, %%23)", redactURL(raw))
+	}
 	return nil
+}
+
+// strayAt reports whether an '@' follows the host: a password with an
+// unescaped '/', '?' or '#' ended the host early, and what follows is
+// read as path, query or fragment.
+func strayAt(u *url.URL) bool {
+	return strings.Contains(u.EscapedPath()+u.RawQuery+u.EscapedFragment()+u.Opaque, "@")
 }
 
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
+	if err != nil || u.User == nil || strayAt(u) {
+		// Unparsable, no "scheme://", or a password with a '/', '?' or
+		// '#' that ended the host early: mask everything up to the last '@'.
+		if i := strings.LastIndex(raw, "@"); i >= 0 {
+			start := 0
+			if j := strings.Index(raw, "://"); j >= 0 && j < i {
+				start = j + 3
+			}
+			return raw[:start] + "xxxxx" + raw[i:]
+		}
 		return raw
 	}
 	if _, ok := u.User.Password(); ok {
@@ -85,6 +154,8 @@ type Client struct {
 	os      *opensearch.Client
 	timeout time.Duration
 	urls    []string
+
+	rawURLs []string // as configured, for the TLS probe
 
 	mu   sync.Mutex
 	info Info // from the last Info call: decides PIT paths
@@ -101,12 +172,16 @@ func New(cfg Config) (*Client, error) {
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
+	tr, err := cfg.transport()
+	if err != nil {
+		return nil, err
+	}
 	discover := false
 	c, err := opensearch.NewClient(opensearch.Config{
 		Addresses:             cfg.URLs,
 		Username:              cfg.Username,
 		Password:              cfg.Password,
-		Transport:             cfg.Transport,
+		Transport:             tr,
 		DisableRetry:          true, // the relay retries whole rounds itself
 		DiscoverNodesOnStart:  &discover,
 		HealthCheckMaxRetries: -1,
@@ -119,7 +194,7 @@ func New(cfg Config) (*Client, error) {
 	for i, u := range cfg.URLs {
 		urls[i] = redactURL(u)
 	}
-	return &Client{os: c, timeout: cfg.RequestTimeout, urls: urls}, nil
+	return &Client{os: c, timeout: cfg.RequestTimeout, urls: urls, rawURLs: cfg.URLs}, nil
 }
 
 // URLs are the cluster addresses (passwords masked), for messages.
@@ -214,14 +289,86 @@ func (c *Client) do(ctx context.Context, op, method, path string, body any, out 
 func (c *Client) explainTransport(err error) error {
 	var ne net.Error
 	var oe *net.OpError
+	var rh tls.RecordHeaderError
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
 	switch {
+	case errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci):
+		return &TLSError{URLs: c.URLs(), Problem: TLSUntrusted, Err: err}
+	case errors.As(err, &rh):
+		return &TLSError{URLs: c.URLs(), Problem: TLSNotTLS, Err: err}
 	case errors.As(err, &oe) && oe.Op == "dial":
-		return fmt.Errorf("cannot connect to %s: %w", strings.Join(c.urls, ","), err)
+		return fmt.Errorf("cannot connect to %s: %w", c.URLs(), err)
 	case errors.As(err, &ne) && ne.Timeout():
-		return fmt.Errorf("no answer from %s within %s: %w", strings.Join(c.urls, ","), c.timeout, err)
+		return fmt.Errorf("no answer from %s within %s: %w", c.URLs(), c.timeout, err)
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET):
+		// Elasticsearch and OpenSearch with TLS close a plaintext
+		// connection without a word; see whether an http:// node speaks TLS.
+		for _, u := range c.rawURLs {
+			if speaksTLS(u) {
+				return &TLSError{URLs: redactURL(u), Problem: TLSRequired, Err: err}
+			}
+		}
 	}
 	return err
 }
+
+// speaksTLS reports whether an http:// URL's port completes a TLS handshake
+// (certificate not checked: it only tells TLS from plain text).
+func speaksTLS(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "http" {
+		return false
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "80")
+	}
+	d := &net.Dialer{Timeout: 2 * time.Second}
+	conn, err := tls.DialWithDialer(d, "tcp", host, &tls.Config{InsecureSkipVerify: true, ServerName: u.Hostname()})
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
+// TLSProblem says what went wrong with TLS.
+type TLSProblem int
+
+const (
+	// TLSUntrusted: the server's certificate does not verify (unknown
+	// authority, another host name, expired).
+	TLSUntrusted TLSProblem = iota + 1
+	// TLSNotTLS: an https:// URL whose server answers in plain text.
+	TLSNotTLS
+	// TLSRequired: an http:// URL whose server speaks only TLS.
+	TLSRequired
+)
+
+// TLSError is a connection that failed for TLS reasons. It is the Err of
+// an *Error.
+type TLSError struct {
+	// URLs are the addresses concerned, passwords masked.
+	URLs    string
+	Problem TLSProblem
+	Err     error
+}
+
+func (e *TLSError) Error() string {
+	switch e.Problem {
+	case TLSUntrusted:
+		return fmt.Sprintf("the TLS certificate of %s is not trusted: %v", e.URLs, e.Err)
+	case TLSNotTLS:
+		return fmt.Sprintf("%s does not speak TLS, it answers in plain HTTP (%v)", e.URLs, e.Err)
+	case TLSRequired:
+		return fmt.Sprintf("%s closed the connection without an answer, and it speaks TLS: the cluster serves HTTPS only (%v)", e.URLs, e.Err)
+	}
+	return fmt.Sprintf("TLS with %s: %v", e.URLs, e.Err)
+}
+
+func (e *TLSError) Unwrap() error { return e.Err }
 
 // decodeError reads ES's error body: {"error":{"root_cause":[…],"type","reason"},"status"},
 // {"error":"text","status"}, or plain text (OpenSearch's 401).

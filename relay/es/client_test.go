@@ -2,6 +2,7 @@ package es
 
 import (
 	"context"
+	"encoding/pem"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -162,4 +163,51 @@ func TestConfig_Validate(t *testing.T) {
 	if err := (Config{URLs: []string{"https://h:9200", "http://10.0.0.1:9200"}}).Validate(); err != nil {
 		t.Errorf("good URLs refused: %v", err)
 	}
+}
+
+func TestClient_TLSErrors(t *testing.T) {
+	root := `{"name":"n","cluster_name":"c","cluster_uuid":"u","version":{"number":"9.0.0"}}`
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(root)) })
+	tlsSrv := httptest.NewTLSServer(handler)
+	t.Cleanup(tlsSrv.Close)
+	plain := httptest.NewServer(handler)
+	t.Cleanup(plain.Close)
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsSrv.Certificate().Raw})
+	tests := []struct {
+		name    string
+		cfg     Config
+		problem TLSProblem // 0: success
+	}{
+		{"untrusted", Config{URLs: []string{tlsSrv.URL}}, TLSUntrusted},
+		{"with the CA", Config{URLs: []string{tlsSrv.URL}, CACertPEM: caPEM}, 0},
+		{"insecure", Config{URLs: []string{tlsSrv.URL}, InsecureSkipVerify: true}, 0},
+		{"https to plain HTTP", Config{URLs: []string{"https://" + strings.TrimPrefix(plain.URL, "http://")}}, TLSNotTLS},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := New(tt.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.Info(context.Background())
+			var te *TLSError
+			switch {
+			case tt.problem == 0 && err != nil:
+				t.Fatalf("Info = %v", err)
+			case tt.problem != 0 && (!errors.As(err, &te) || te.Problem != tt.problem):
+				t.Fatalf("Info = %v, want a TLSError with problem %d", err, tt.problem)
+			}
+		})
+	}
+	t.Run("config", func(t *testing.T) {
+		for _, cfg := range []Config{
+			{CACertPEM: caPEM, InsecureSkipVerify: true},
+			{CACertPEM: []byte("not PEM")},
+			{CACertPEM: caPEM, Transport: http.DefaultTransport},
+		} {
+			if err := cfg.Validate(); err == nil {
+				t.Errorf("Validate(%+v) = nil, want an error", cfg)
+			}
+		}
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -532,9 +533,15 @@ func parseBulkTemplate(s string) (bulkTemplate, error) {
 		if i := strings.IndexAny(p.literal, "ABCDEFGHIJKLMNOPQRSTUVWXYZ \\/*?\"<>|,#:"); i >= 0 {
 			return nil, fmt.Errorf("IndexTemplate %q: %q cannot be part of an index name (lowercase letters, digits, '-', '_', '.', '+')", s, p.literal[i])
 		}
+		if !utf8.ValidString(p.literal) || strings.ToLower(p.literal) != p.literal {
+			return nil, fmt.Errorf("IndexTemplate %q: %q cannot be part of an index name (index names are lowercase UTF-8)", s, p.literal)
+		}
 	}
 	if len(t) == 0 {
 		return nil, fmt.Errorf("IndexTemplate is empty")
+	}
+	if len(t) == 1 && (t[0].literal == "." || t[0].literal == "..") {
+		return nil, fmt.Errorf("IndexTemplate %q is not a valid index name", s)
 	}
 	if t[0].placeholder == "index_uuid" {
 		return nil, fmt.Errorf("IndexTemplate %q: starts with {index_uuid}, which may begin with '-' or '_' (not allowed at the start of an index name): put it after the name, as in \"{index}-{index_uuid}\"", s)

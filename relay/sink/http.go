@@ -53,13 +53,14 @@ func (c HTTPConfig) Validate() error {
 	}
 	u, err := url.Parse(c.URL)
 	if err != nil {
-		return fmt.Errorf("http sink config: URL: %w", err)
+		// Not err itself: a *url.Error quotes the whole URL, password included.
+		return fmt.Errorf("http sink config: URL %q: %v", redisx.Redact(c.URL), errors.Unwrap(err))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("http sink config: URL %q: scheme %q: want http or https", u.Redacted(), u.Scheme)
+		return fmt.Errorf("http sink config: URL %q: scheme %q: want http or https", redisx.Redact(c.URL), u.Scheme)
 	}
 	if u.Host == "" {
-		return fmt.Errorf("http sink config: URL %q has no host", u.Redacted())
+		return fmt.Errorf("http sink config: URL %q has no host", redisx.Redact(c.URL))
 	}
 	for name, value := range c.Headers {
 		if !validHeaderName(name) {
@@ -161,8 +162,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	if cfg.MaxWait == 0 {
 		cfg.MaxWait = DefaultHTTPMaxWait
 	}
-	u, _ := url.Parse(cfg.URL)
-	s := &HTTP{cfg: cfg, url: u.Redacted(), client: cfg.Client}
+	s := &HTTP{cfg: cfg, url: redisx.Redact(cfg.URL), client: cfg.Client}
 	if s.client == nil {
 		s.ownedTr = http.DefaultTransport.(*http.Transport).Clone()
 		s.client = &http.Client{

@@ -2,7 +2,6 @@ package sink
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -24,9 +23,11 @@ type Sink interface {
 
 // jsonLine is the event's JSON form (redisx.Event.MarshalJSON) and a
 // newline. An event that cannot be rendered (its source is not JSON) never
-// will be: the error is permanent.
+// will be: the error is permanent. MarshalJSON is called directly:
+// json.Marshal would re-compact its output with HTML escaping, turning a
+// source's '<', '>', '&', U+2028 into \u003c and the like.
 func jsonLine(e redisx.Event) ([]byte, error) {
-	b, err := json.Marshal(e)
+	b, err := e.MarshalJSON()
 	if err != nil {
 		return nil, redisx.Permanent(fmt.Errorf("render %s event %s: %w", e.Op, e.StreamID, err))
 	}

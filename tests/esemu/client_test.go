@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"reflect"
 	"sort"
@@ -1836,6 +1837,44 @@ func TestClient_Security(t *testing.T) {
 				t.Errorf("bad API key reason = %q", se.Err.Reason)
 			}
 		})
+		t.Run("plain HTTP to the TLS port", func(t *testing.T) {
+			// ES/OpenSearch (Netty) log "received plaintext http traffic on
+			// an https channel, closing connection" and close it: no answer
+			// at all (net/http would answer 400 "Client sent an HTTP request
+			// to an HTTPS server").
+			conn, err := net.Dial("tcp", strings.TrimPrefix(c.URL(), "https://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(conn)
+			if len(got) != 0 || err != nil {
+				t.Errorf("plaintext request answered %q (%v), want the connection closed without an answer", got, err)
+			}
+		})
+	})
+}
+
+// TestClient_SourceBytesKept: a stored _source comes back byte for byte:
+// '<', '>', '&', U+2028, escapes, big integers and 1.0 as they were sent
+// (Jackson does not HTML-escape; json.Marshal would).
+func TestClient_SourceBytesKept(t *testing.T) {
+	oscFlavors(t, func(t *testing.T, f esemu.Flavor) {
+		c := oscCluster(t, esemu.Config{Flavor: f})
+		cl := oscClient(t, c, opensearch.Config{})
+		oscCreateIndex(t, cl, "raw", 1, 0)
+		src := `{"html":"<b>&amp;</b>","ls":"a b","esc":"\u00e9\n","big":12345678901234567890,"f":1.0}`
+		oscIndex(t, cl, "raw", "1", src, opensearchapi.IndexParams{Refresh: "true"})
+		for _, path := range []string{"/raw/_doc/1", "/raw/_search"} {
+			_, _, body := oscRaw(t, cl, http.MethodGet, path, "", nil)
+			if !strings.Contains(string(body), `"_source":`+src) {
+				t.Errorf("GET %s = %s, want the source %s byte for byte", path, body, src)
+			}
+		}
 	})
 }
 

@@ -177,7 +177,7 @@ func New(cfg Config) (*Cluster, error) {
 			return nil, fmt.Errorf("esemu TLS: %w", err)
 		}
 		c.caPEM = caPEM
-		ln = tls.NewListener(ln, tcfg)
+		ln = tlsListener{tls.NewListener(ln, tcfg)}
 		scheme = "https"
 	}
 	c.ln = ln

@@ -6,7 +6,6 @@ import (
 	"compress/zlib"
 	"crypto/subtle"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -310,9 +309,9 @@ func faultError(status int, kind string) *esError {
 func (c *Cluster) dropMidResponse(w http.ResponseWriter, rep reply, e *esError) {
 	var body []byte
 	if e != nil {
-		body, _ = json.Marshal(e.response())
+		body, _ = marshalJSON(e.response())
 	} else {
-		body, _ = json.Marshal(rep.body)
+		body, _ = marshalJSON(rep.body)
 	}
 	hj, ok := w.(http.Hijacker)
 	if !ok {
@@ -332,13 +331,13 @@ func (c *Cluster) writeJSON(w http.ResponseWriter, hr *http.Request, status int,
 	var b []byte
 	var err error
 	if _, pretty := hr.URL.Query()["pretty"]; pretty {
-		b, err = json.MarshalIndent(body, "", "  ")
+		b, err = marshalJSONIndent(body, "  ")
 	} else {
-		b, err = json.Marshal(body)
+		b, err = marshalJSON(body)
 	}
 	if err != nil {
 		status = http.StatusInternalServerError
-		b, _ = json.Marshal(newError(status, "esemu_exception", "encode response: %v", err).response())
+		b, _ = marshalJSON(newError(status, "esemu_exception", "encode response: %v", err).response())
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if !c.info.openSearch {

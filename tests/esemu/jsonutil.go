@@ -54,7 +54,7 @@ func (m *orderedMap) appendJSON(b *bytes.Buffer) error {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		kb, _ := json.Marshal(k)
+		kb, _ := marshalJSON(k)
 		b.Write(kb)
 		b.WriteByte(':')
 		if err := appendJSONValue(b, m.vals[k]); err != nil {
@@ -90,12 +90,35 @@ func appendJSONValue(b *bytes.Buffer, v any) error {
 		b.WriteByte(']')
 		return nil
 	}
-	vb, err := json.Marshal(v)
-	if err != nil {
+	enc := json.NewEncoder(b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		return err
 	}
-	b.Write(vb)
+	b.Truncate(b.Len() - 1) // Encode's newline
 	return nil
+}
+
+// marshalJSON is json.Marshal without HTML escaping: Elasticsearch and
+// OpenSearch (Jackson) write '<', '>', '&', U+2028 and U+2029 as they are,
+// and return a stored _source byte for byte, where json.Marshal would turn
+// them into \u003c and the like.
+func marshalJSON(v any) ([]byte, error) {
+	return marshalJSONIndent(v, "")
+}
+
+// marshalJSONIndent is marshalJSON with indentation ("" for none).
+func marshalJSONIndent(v any, indent string) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if indent != "" {
+		enc.SetIndent("", indent)
+	}
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte{'\n'}), nil
 }
 
 // decodeJSON decodes into v keeping numbers as json.Number, so long values

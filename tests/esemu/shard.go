@@ -343,17 +343,17 @@ func (s *shard) resolve(req *writeReq, now time.Time, gcDeletes time.Duration) *
 				old = map[string]any{}
 			}
 			merged := deepMerge(old, u.doc)
-			b, _ := json.Marshal(merged)
+			b, _ := marshalJSON(merged)
 			if u.detectNoop && jsonEqual(cur.source, b) {
 				req.result, req.status, req.noop = "noop", http.StatusOK, cur
 				return nil
 			}
 			source = b
 		case u.docAsUpsert:
-			b, _ := json.Marshal(u.doc)
+			b, _ := marshalJSON(u.doc)
 			source = b
 		case u.upsert != nil:
-			b, _ := json.Marshal(u.upsert)
+			b, _ := marshalJSON(u.upsert)
 			source = b
 		default:
 			req.err = errDocumentMissing(idx.name, idx.uuid, s.num, req.id)

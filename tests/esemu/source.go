@@ -81,7 +81,7 @@ func (f sourceFilter) apply(src json.RawMessage) json.RawMessage {
 		return src
 	}
 	out := f.filterMap(m, "")
-	b, _ := json.Marshal(out)
+	b, _ := marshalJSON(out)
 	return b
 }
 

@@ -70,3 +70,23 @@ func selfSignedTLS() (*tls.Config, []byte, error) {
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, caPEM, nil
 }
+
+// tlsListener hands out TLS connections that net/http does not recognize as
+// *tls.Conn. net/http answers a plaintext request on a TLS connection with
+// its own "400 Client sent an HTTP request to an HTTPS server"; Elasticsearch
+// and OpenSearch (Netty's SslHandler) instead log "received plaintext http
+// traffic on an https channel" and close the connection without a word. With
+// the connection wrapped, the handshake runs on the server's first read, its
+// failure is a read error, and net/http just closes the connection.
+type tlsListener struct{ net.Listener }
+
+func (l tlsListener) Accept() (net.Conn, error) {
+	conn, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return opaqueConn{conn}, nil
+}
+
+// opaqueConn hides the concrete type of a connection.
+type opaqueConn struct{ net.Conn }
