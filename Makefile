@@ -5,11 +5,13 @@
 #   make reliability [RUNS=n]
 #                the reliability suite (also part of make test) n times,
 #                then its figures as the table of docs/RELIABILITY.md
+#   make fuzz    every fuzz target for FUZZTIME (default 10s) each; plain
+#                `go test` already runs their seed corpora as unit tests
 
 GO ?= go
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: test bench vet redis-server build reliability
+.PHONY: test bench vet redis-server build fuzz reliability
 
 build:
 	$(GO) build ./...
@@ -31,6 +33,29 @@ test: redis-server vet
 
 bench: redis-server
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./tests/esemu/ | tee /tmp/esemu-bench.txt
+
+# go test takes one -fuzz target per run: one line per target. New fuzz
+# targets get a line here.
+FUZZTIME ?= 10s
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzRunFlags$$' -fuzztime $(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime $(FUZZTIME) ./redisx/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseEntry$$' -fuzztime $(FUZZTIME) ./redisx/
+	$(GO) test -run '^$$' -fuzz '^FuzzEventValues$$' -fuzztime $(FUZZTIME) ./redisx/
+	$(GO) test -run '^$$' -fuzz '^FuzzEventJSON$$' -fuzztime $(FUZZTIME) ./redisx/
+	$(GO) test -run '^$$' -fuzz '^FuzzNewClient$$' -fuzztime $(FUZZTIME) ./redisx/
+	$(GO) test -run '^$$' -fuzz '^FuzzRedact$$' -fuzztime $(FUZZTIME) ./redisx/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidateFeed$$' -fuzztime $(FUZZTIME) ./redisx/
+	$(GO) test -run '^$$' -fuzz '^FuzzHitToEvent$$' -fuzztime $(FUZZTIME) ./relay/
+	$(GO) test -run '^$$' -fuzz '^FuzzSplitTargets$$' -fuzztime $(FUZZTIME) ./relay/
+	$(GO) test -run '^$$' -fuzz '^FuzzStreamID$$' -fuzztime $(FUZZTIME) ./relay/
+	$(GO) test -run '^$$' -fuzz '^FuzzSearchShard$$' -fuzztime $(FUZZTIME) ./relay/es/
+	$(GO) test -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime $(FUZZTIME) ./relay/es/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseKeyTemplate$$' -fuzztime $(FUZZTIME) ./relay/sink/
+	$(GO) test -run '^$$' -fuzz '^FuzzKeyTemplateKey$$' -fuzztime $(FUZZTIME) ./relay/sink/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseBulkTemplate$$' -fuzztime $(FUZZTIME) ./relay/sink/
+	$(GO) test -run '^$$' -fuzz '^FuzzHTTPConfigValidate$$' -fuzztime $(FUZZTIME) ./relay/sink/
 
 RUNS ?= 1
 FIGURES ?= /tmp/escf-figures.jsonl
