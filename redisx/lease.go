@@ -17,7 +17,7 @@ const DefaultLeaseTTL = 10 * time.Second
 
 // ErrLeaseLost means another owner holds the lease (or it expired): the
 // holder must stop writing.
-var ErrLeaseLost = errors.New("lease lost: another relay owns the feed")
+var ErrLeaseLost = errors.New("lease lost (another relay owns the feed, or it expired while Redis was unreachable)")
 
 // LeaseConfig configures a Lease.
 type LeaseConfig struct {

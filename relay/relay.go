@@ -256,7 +256,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		}
 		if errors.Is(err, redisx.ErrLeaseLost) {
-			r.log.Warn("lost the lease: another relay owns the feed; waiting as standby", logErr, err)
+			r.log.Warn("lost the lease; waiting as standby to take it again", logErr, err)
 			continue
 		}
 		if errors.Is(err, checkpoint.ErrRolledBack) {
