@@ -281,6 +281,9 @@ func TestMetrics_ScrapedDuringMirror(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		mustDo(t, "PUT", fmt.Sprintf("%s/orders/_doc/%d", src.URL(), i), `{}`)
 	}
+	// Delivered first: a document deleted before the relay ever read it
+	// needs no delete event, and the delete counter would never appear.
+	waitCaughtUp(t, src, storeFor(t, srv, "m"), []string{"orders"}, 10*time.Second)
 	for i := 0; i < 50; i += 10 {
 		mustDo(t, "DELETE", fmt.Sprintf("%s/orders/_doc/%d", src.URL(), i), "")
 	}
