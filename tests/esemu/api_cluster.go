@@ -12,7 +12,7 @@ import (
 func apiRoot(c *Cluster, r *request) (reply, *esError) {
 	i := c.info
 	v := newOrderedMap()
-	if i.openSearch {
+	if i.distribution != "" {
 		v.set("distribution", i.distribution)
 	}
 	v.set("number", i.number)

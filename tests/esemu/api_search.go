@@ -412,8 +412,8 @@ func (c *Cluster) runShards(targets []target, req *searchReq, pref preference, l
 	for i, t := range targets {
 		s := t.s
 		s.mu.Lock()
-		cp := c.pickCopy(s, pref)
-		if f := c.shardQueryFailure(t, cp, req); f != nil {
+		cp, f := c.readCopy(t, pref, func(cp *shardCopy) *shardFailure { return c.shardQueryFailure(t, cp, req) })
+		if f != nil {
 			s.mu.Unlock()
 			out[i].failure = f
 			continue
@@ -695,9 +695,9 @@ func (c *Cluster) openScroll(r *request, req *searchReq, targets []target, pref 
 	for _, t := range targets {
 		s := t.s
 		s.mu.Lock()
-		cp := c.pickCopy(s, pref)
+		cp, f := c.readCopy(t, pref, func(cp *shardCopy) *shardFailure { return c.shardQueryFailure(t, cp, req) })
 		cs := &ctxShard{t: t, cp: cp}
-		if f := c.shardQueryFailure(t, cp, req); f != nil {
+		if f != nil {
 			cs.failure = f
 		} else {
 			cp.counters.scrolls.Add(1)
@@ -900,10 +900,10 @@ func apiOpenPIT(c *Cluster, r *request) (reply, *esError) {
 	for _, t := range targets {
 		s := t.s
 		s.mu.Lock()
-		cp := c.pickCopy(s, pref)
+		cp, f := c.readCopy(t, pref, func(cp *shardCopy) *shardFailure { return c.checkShardRead(t, cp) })
 		cs := &ctxShard{t: t, cp: cp}
-		if cp == nil {
-			cs.failure = c.checkShardRead(t, nil)
+		if f != nil {
+			cs.failure = f
 			failures = append(failures, cs.failure)
 		} else {
 			cs.snap = cp.snapshot()

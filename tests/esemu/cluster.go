@@ -3,6 +3,7 @@ package esemu
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -38,6 +39,20 @@ type Config struct {
 	// TLS serves HTTPS with a certificate signed by a fresh self-signed CA
 	// (see Cluster.CACertPEM). Default false.
 	TLS bool
+	// Certificate, with TLS, is the server certificate to serve instead of
+	// a fresh one (tests use it for expired or wrong-host certificates);
+	// CACertPEM then returns nil. Default: none.
+	Certificate *tls.Certificate
+	// ClientCAPEM, with TLS, makes the server require a client certificate
+	// that one of these CAs (PEM) signed (tls.RequireAndVerifyClientCert).
+	// Default: no client certificate asked for.
+	ClientCAPEM []byte
+	// Version overrides the version.number GET / reports, e.g. "7.9.3" to
+	// pretend to be too old, or "7.10.2" for an OpenSearch flavor in
+	// compatibility mode (compatibility.override_main_response_version:
+	// version.distribution is then left out, as OpenSearch does). It
+	// changes nothing else. Default: the flavor's version.
+	Version string
 	// Users enables basic auth: user name -> password. Default: no auth.
 	Users map[string]string
 	// APIKeys enables ES API keys (Authorization: ApiKey base64(id:key)):
@@ -77,6 +92,12 @@ func (c Config) Validate() error {
 	}
 	if c.GlobalCheckpointSyncInterval < 0 {
 		return fmt.Errorf("esemu config GlobalCheckpointSyncInterval = %s: want >= 0", c.GlobalCheckpointSyncInterval)
+	}
+	if !c.TLS && (c.Certificate != nil || len(c.ClientCAPEM) > 0) {
+		return fmt.Errorf("esemu config: Certificate and ClientCAPEM need TLS: true")
+	}
+	if len(c.ClientCAPEM) > 0 && !x509.NewCertPool().AppendCertsFromPEM(c.ClientCAPEM) {
+		return fmt.Errorf("esemu config ClientCAPEM: no PEM certificate in it")
 	}
 	return nil
 }
@@ -155,7 +176,7 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Cluster{
-		cfg: cfg, info: cfg.Flavor.info(), uuid: newUUID(),
+		cfg: cfg, info: cfg.Flavor.info().withVersion(cfg.Version), uuid: newUUID(),
 		indices: map[string]*index{}, templates: map[string]*indexTemplate{},
 		dataStreams: map[string]*dataStream{}, contexts: map[string]*searchContext{},
 		nextRefresh: map[*index]time.Time{},
@@ -177,6 +198,16 @@ func New(cfg Config) (*Cluster, error) {
 			return nil, fmt.Errorf("esemu TLS: %w", err)
 		}
 		c.caPEM = caPEM
+		if cfg.Certificate != nil {
+			tcfg.Certificates = []tls.Certificate{*cfg.Certificate}
+			c.caPEM = nil
+		}
+		if len(cfg.ClientCAPEM) > 0 {
+			pool := x509.NewCertPool()
+			pool.AppendCertsFromPEM(cfg.ClientCAPEM)
+			tcfg.ClientCAs = pool
+			tcfg.ClientAuth = tls.RequireAndVerifyClientCert
+		}
 		ln = tlsListener{tls.NewListener(ln, tcfg)}
 		scheme = "https"
 	}

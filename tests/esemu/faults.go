@@ -167,8 +167,10 @@ const (
 )
 
 // FailShardSearches makes the next n shard-level reads (search, count,
-// scroll, PIT pages) served by the selected copies of shard num fail. The
-// response then reports the shard in _shards.failed with a failures entry.
+// scroll, opening a PIT, PIT pages) tried on the selected copies of shard
+// num fail. As in ES, a read that opens a view goes on to the shard's next
+// copy; the response reports the shard in _shards.failed with a failures
+// entry when every copy failed, or when a scroll or PIT page's copy did.
 func (c *Cluster) FailShardSearches(indexName string, num int, which string, n int) error {
 	s, err := c.lookupShard(indexName, num)
 	if err != nil {
@@ -186,6 +188,21 @@ func (c *Cluster) FailShardSearches(indexName string, num int, which string, n i
 		if which == CopyAny || (which == CopyPrimary) == cp.primary {
 			cp.failSearches += n
 		}
+	}
+	return nil
+}
+
+// StopFailingShardSearches cancels what FailShardSearches left pending on
+// every copy of shard num.
+func (c *Cluster) StopFailingShardSearches(indexName string, num int) error {
+	s, err := c.lookupShard(indexName, num)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, cp := range s.copies {
+		cp.failSearches = 0
 	}
 	return nil
 }

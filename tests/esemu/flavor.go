@@ -71,6 +71,19 @@ func ParseFlavor(s string) (Flavor, error) {
 
 func (f Flavor) info() flavorInfo { return flavorInfos[f] }
 
+// withVersion reports number v instead (Config.Version); an OpenSearch
+// version 7.x is the compatibility override, which drops the distribution.
+func (i flavorInfo) withVersion(v string) flavorInfo {
+	if v == "" {
+		return i
+	}
+	i.number = v
+	if i.openSearch && strings.HasPrefix(v, "7.") {
+		i.distribution = ""
+	}
+	return i
+}
+
 // OpenSearch reports whether the flavor answers as OpenSearch.
 func (f Flavor) OpenSearch() bool { return f.info().openSearch }
 

@@ -140,10 +140,13 @@ func (f *shardFailure) object() *orderedMap {
 	return m
 }
 
-// pickCopy chooses the copy serving a read: any started copy (ES may route
-// _shards:N to a replica), at random, or the primary/replica with OpenSearch's
-// _primary/_replica preferences.
-func (c *Cluster) pickCopy(s *shard, pref preference) *shardCopy {
+// copyOrder lists the started copies that may serve a read, in the order
+// ES tries them: any started copy (ES may route _shards:N to a replica), or
+// the primary/replica with OpenSearch's _primary/_replica preferences. A
+// custom preference string always starts at the same copy (ES rotates the
+// shard's active copies by the string's hash); otherwise the first is
+// random. s.mu is held.
+func (c *Cluster) copyOrder(s *shard, pref preference) []*shardCopy {
 	var cands []*shardCopy
 	for _, cp := range s.copies {
 		if !cp.started {
@@ -164,10 +167,31 @@ func (c *Cluster) pickCopy(s *shard, pref preference) *shardCopy {
 	if len(cands) == 0 {
 		return nil
 	}
+	var first int
 	if pref.custom != "" {
-		return cands[int(uint32(murmur3UTF16(pref.custom)))%len(cands)]
+		first = int(uint32(murmur3UTF16(pref.custom))) % len(cands)
+	} else {
+		first = c.randIntn(len(cands))
 	}
-	return cands[c.randIntn(len(cands))]
+	return append(append(make([]*shardCopy, 0, len(cands)), cands[first:]...), cands[:first]...)
+}
+
+// readCopy picks the copy serving a shard-level read that opens a view
+// (search, count, scroll, opening a PIT). As ES's search does, a copy whose
+// shard request fails is skipped for the next one in copyOrder: the shard
+// fails, with the last copy's failure, only when every copy failed. check
+// is the shard request on one copy; s.mu is held.
+func (c *Cluster) readCopy(t target, pref preference, check func(*shardCopy) *shardFailure) (*shardCopy, *shardFailure) {
+	var f *shardFailure
+	for _, cp := range c.copyOrder(t.s, pref) {
+		if f = check(cp); f == nil {
+			return cp, nil
+		}
+	}
+	if f == nil {
+		f = c.checkShardRead(t, nil) // no started copy
+	}
+	return nil, f
 }
 
 // injectedShardFailure is what a failed shard copy reports.

@@ -172,6 +172,7 @@ type shard struct {
 	copies   []*shardCopy
 	versions map[string]*op // the primary's version map: latest started op per id
 	hold     *Hold
+	replHold *Hold // parks the next batch between the primary and its replicas
 	lost     int64 // ops discarded by failovers (for the control API)
 
 	conflicts atomic.Int64 // 409 version conflicts answered
@@ -270,6 +271,23 @@ func (h *Hold) Seqs() []int64 { return h.seqs }
 
 // Release lets the parked batch (or the next one, if none arrived yet) finish.
 func (h *Hold) Release() { h.once.Do(func() { close(h.release) }) }
+
+// HoldReplication parks the next write batch on shard num of the index
+// after the primary applied it and before any replica does, until the
+// returned Hold is released: the primary then holds ops above the global
+// checkpoint that a failover would discard. A failover while it is parked
+// fails the batch, as ES fails a write whose primary went away.
+func (c *Cluster) HoldReplication(indexName string, num int) (*Hold, error) {
+	s, err := c.lookupShard(indexName, num)
+	if err != nil {
+		return nil, err
+	}
+	h := &Hold{arrived: make(chan struct{}), release: make(chan struct{})}
+	s.mu.Lock()
+	s.replHold = h
+	s.mu.Unlock()
+	return h, nil
+}
 
 // writeReq is one document write (index, create, delete or update) routed to
 // a shard, and its result.
@@ -470,7 +488,17 @@ func (s *shard) write(c *Cluster, reqs []*writeReq) {
 		}
 	}
 	total := len(s.copies)
+	rh := s.replHold
+	s.replHold = nil
 	s.mu.Unlock()
+	if rh != nil {
+		// Applied on the primary, not yet on any replica: a slow replica.
+		for _, o := range ops {
+			rh.seqs = append(rh.seqs, o.seq)
+		}
+		close(rh.arrived)
+		<-rh.release
+	}
 
 	// Each replica applies the batch after its own delay, as ES replicates to
 	// every replica in parallel: one replica may hold ops another lacks, which
