@@ -1,6 +1,7 @@
 # es-changefeed — build and test.
 #
-#   make test    install redis-server if missing, then go test -race ./...
+#   make test    install redis-server and docker-compose if missing, then
+#                go test -race ./... (compose/*.yml checked with docker-compose)
 #   make bench   the benchmarks reported in docs/PERFORMANCE.md
 #   make reliability [RUNS=n]
 #                the reliability suite (also part of make test) n times,
@@ -11,7 +12,7 @@
 GO ?= go
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: test bench vet redis-server build fuzz reliability
+.PHONY: test bench vet redis-server docker-compose build fuzz reliability
 
 build:
 	$(GO) build ./...
@@ -24,12 +25,22 @@ redis-server:
 	}
 	@redis-server --version
 
+# Debian's docker-compose (v1.29) checks compose/*.yml with `config -q`;
+# that needs no Docker engine (hence no recommended packages).
+docker-compose:
+	@command -v docker-compose >/dev/null 2>&1 || { \
+		echo "docker-compose missing: installing it with apt-get"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends docker-compose >/dev/null; \
+	}
+	@docker-compose version --short
+
 vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
-test: redis-server vet
-	$(GO) test -race -count=1 -timeout 15m ./...
+test: redis-server docker-compose vet
+	ESCF_REQUIRE_COMPOSE=1 $(GO) test -race -count=1 -timeout 15m ./...
 
 bench: redis-server
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./tests/esemu/ | tee /tmp/esemu-bench.txt

@@ -1,0 +1,111 @@
+// Package compose holds docker compose files for real clusters; this test
+// checks them with Debian's docker-compose (v1.29, no Docker engine needed)
+// and checks the workflow that uses them.
+package compose
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// tool finds a command; a missing one fails when ESCF_REQUIRE_COMPOSE=1
+// (make test installs it) and skips otherwise.
+func tool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p
+	}
+	msg := name + " not found: install it with `apt-get install -y --no-install-recommends docker-compose` (or run make test, which does)"
+	if os.Getenv("ESCF_REQUIRE_COMPOSE") == "1" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg + "; set ESCF_REQUIRE_COMPOSE=1 to make this a failure")
+	return ""
+}
+
+func composeFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("*.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 7 {
+		t.Fatalf("compose files %v: want at least 7 (ES 9.5, 8.19, 7.17, OpenSearch 3.9, 2.19, 3 nodes, TLS)", files)
+	}
+	return files
+}
+
+// TestFiles_Config: `docker-compose config -q` accepts every file.
+func TestFiles_Config(t *testing.T) {
+	dc := tool(t, "docker-compose")
+	for _, f := range composeFiles(t) {
+		t.Run(f, func(t *testing.T) {
+			out, err := exec.Command(dc, "-f", f, "config", "-q").CombinedOutput()
+			if err != nil {
+				t.Fatalf("docker-compose -f %s config -q: %v\n%s", f, err, out)
+			}
+			if len(strings.TrimSpace(string(out))) != 0 {
+				t.Errorf("docker-compose -f %s config -q printed (a warning?):\n%s", f, out)
+			}
+		})
+	}
+}
+
+// TestFiles_Header: each file starts with how to start it, point the feed at
+// it and run the suite against it, naming itself.
+func TestFiles_Header(t *testing.T) {
+	for _, f := range composeFiles(t) {
+		t.Run(f, func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := string(b)
+			if !strings.HasPrefix(s, "# ") {
+				t.Fatalf("%s does not start with a comment", f)
+			}
+			head := s[:strings.Index(s, "\nservices:")]
+			for _, want := range []string{
+				"docker compose -f compose/" + f + " up -d --wait",
+				"es-changefeed run --es http",
+				"ESCF_TEST_ES_URL=http",
+				"go test -race -count=1 ./tests/e2e/",
+			} {
+				if !strings.Contains(head, want) {
+					t.Errorf("%s: the header comment lacks %q", f, want)
+				}
+			}
+			if strings.Contains(s, "\nversion:") {
+				t.Errorf("%s has a version: key (obsolete in docker compose v2, which warns)", f)
+			}
+		})
+	}
+}
+
+// TestWorkflow_Parses: the real-cluster workflow is valid YAML and names
+// every compose file (python3-yaml comes with docker-compose).
+func TestWorkflow_Parses(t *testing.T) {
+	tool(t, "docker-compose")
+	py := tool(t, "python3")
+	wf := filepath.Join("..", ".github", "workflows", "real-clusters.yml")
+	const check = `import sys, yaml
+d = yaml.safe_load(open(sys.argv[1]))
+assert isinstance(d, dict) and d.get("jobs"), "no jobs"
+for name, job in d["jobs"].items():
+    assert job.get("runs-on") and job.get("steps"), name + ": no runs-on or steps"
+print(yaml.safe_dump(d))
+`
+	out, err := exec.Command(py, "-c", check, wf).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", wf, err, out)
+	}
+	for _, f := range composeFiles(t) {
+		if !strings.Contains(string(out), "compose/"+f) && !strings.Contains(string(out), f) {
+			t.Errorf("the workflow does not use compose/%s", f)
+		}
+	}
+}
