@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,11 +22,11 @@ func consumeCommand() *cli.Command {
 		Name:  "consume",
 		Usage: "apply the feed's events to a sink with a worker pool in a Redis consumer group",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "redis", Value: "redis://localhost:6379/0", Usage: "the feed's Redis URL", Sources: cli.EnvVars("ESCF_REDIS_URL")},
 			&cli.StringFlag{Name: "feed", Value: "default", Usage: "feed name", Sources: cli.EnvVars("ESCF_FEED")},
 			&cli.StringFlag{Name: "group", Usage: "consumer group (required)", Sources: cli.EnvVars("ESCF_GROUP")},
 			&cli.StringFlag{Name: "consumer", Usage: "this consumer's name in the group (default <host>-<pid>)", Sources: cli.EnvVars("ESCF_CONSUMER")},
 			&cli.IntFlag{Name: "workers", Value: redisx.DefaultWorkers, Usage: "lanes: events of one document always go to the same lane", Sources: cli.EnvVars("ESCF_WORKERS")},
+			readPartitionsFlag(),
 			&cli.StringFlag{Name: "start", Value: "0", Usage: "where a new group starts: 0 (the whole stream) or $ (new events)", Sources: cli.EnvVars("ESCF_START")},
 			&cli.IntFlag{Name: "prefetch", Usage: "most events read and not yet done (default 16 × workers)", Sources: cli.EnvVars("ESCF_PREFETCH")},
 			&cli.DurationFlag{Name: "min-idle", Value: redisx.DefaultMinIdle, Usage: "a dead consumer's pending events are reclaimed after this idle time", Sources: cli.EnvVars("ESCF_MIN_IDLE")},
@@ -38,21 +40,19 @@ func consumeCommand() *cli.Command {
 			&cli.DurationFlag{Name: "http-timeout", Value: sink.DefaultHTTPTimeout, Usage: "http sink: timeout of one request", Sources: cli.EnvVars("ESCF_HTTP_TIMEOUT")},
 			&cli.StringSliceFlag{Name: "http-header", Usage: `http sink: a header "Name: value" sent with every request (repeatable)`, Sources: cli.EnvVars("ESCF_HTTP_HEADER")},
 			&cli.StringSliceFlag{Name: "bulk-es", Usage: "bulk sink: the target cluster's URL (repeatable)", Sources: cli.EnvVars("ESCF_BULK_ES_URL")},
-			&cli.StringFlag{Name: "bulk-user", Usage: "bulk sink: basic auth user", Sources: cli.EnvVars("ESCF_BULK_USER")},
-			&cli.StringFlag{Name: "bulk-password", Usage: "bulk sink: basic auth password", Sources: cli.EnvVars("ESCF_BULK_PASSWORD")},
-			caCertFlag("bulk", "ESCF_BULK", "the target cluster"), insecureFlag("bulk", "ESCF_BULK", "the target cluster"),
 			&cli.StringFlag{Name: "bulk-index", Value: "{index}", Usage: "bulk sink: target index name template ({index}, {index_uuid})", Sources: cli.EnvVars("ESCF_BULK_INDEX")},
-			&cli.StringFlag{Name: "cache-redis", Usage: "redis sink: the cache's Redis URL (default: the feed's)", Sources: cli.EnvVars("ESCF_CACHE_REDIS_URL")},
 			&cli.StringFlag{Name: "cache-key", Value: sink.DefaultRedisKey, Usage: "redis sink: key template ({index}, {index_uuid}, {shard}, {id}, {routing})", Sources: cli.EnvVars("ESCF_CACHE_KEY")},
 			&cli.StringFlag{Name: "cache-mode", Value: "del", Usage: "redis sink: del (invalidate) or set (write the document)", Sources: cli.EnvVars("ESCF_CACHE_MODE")},
 			&cli.DurationFlag{Name: "cache-ttl", Usage: "redis sink: TTL of keys written in set mode (0: none)", Sources: cli.EnvVars("ESCF_CACHE_TTL")},
 			metricsFlag(),
-		}, logFlags()...),
+		}, slices.Concat(clusterFlags("bulk", "ESCF_BULK", "the bulk sink's target cluster"), logFlags(),
+			redisFlags("redis", "ESCF_REDIS", "the feed's Redis", defaultRedisURL),
+			redisFlags("cache-redis", "ESCF_CACHE_REDIS", "the redis sink's cache (default: the feed's Redis)", ""))...),
 		Action: consumeAction,
 	}
 }
 
-func consumeAction(ctx context.Context, cmd *cli.Command) error {
+func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 	log, err := newLogger(cmd, cmd.Root().ErrWriter)
 	if err != nil {
 		return err
@@ -67,14 +67,33 @@ func consumeAction(ctx context.Context, cmd *cli.Command) error {
 	if err := checkSinkFlags(cmd); err != nil {
 		return err
 	}
+	rcfg, err := redisConfig(cmd, "redis")
+	if err != nil {
+		return err
+	}
 	keys := redisx.NewKeys(feed)
+	// A command Redis refuses for lack of a permission stops the pool:
+	// retrying cannot help.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	defer func() {
+		if denied := deniedCause(ctx, rcfg); denied != nil {
+			err = denied
+		}
+	}()
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rdb, err := connectRedis(pctx, cmd.String("redis"), keys)
+	rdb, err := connectRedis(pctx, rcfg, keys, log, permissionStop(stop))
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
+	partitions, err := resolvePartitions(pctx, cmd, rdb, feed, log)
+	if err != nil {
+		return err
+	}
+	// keys are the feed-level keys: with partitions > 1 the bulk sink reads
+	// the feed-level generations hash every partition's relay writes to.
 	s, err := newSink(pctx, cmd, rdb, keys, log)
 	if err != nil {
 		return err
@@ -83,11 +102,11 @@ func consumeAction(ctx context.Context, cmd *cli.Command) error {
 	if consumer == "" {
 		consumer = ownerName()
 	}
-	reg := newRegistry(rdb, keys)
-	pool, err := redisx.NewPool(redisx.PoolConfig{Client: rdb, Keys: keys, Group: group, Consumer: consumer,
+	reg := consumeRegistry(rdb, feed, partitions)
+	pools, err := partitionPools(redisx.PoolConfig{Client: rdb, Keys: keys, Group: group, Consumer: consumer,
 		Workers: cmd.Int("workers"), Start: cmd.String("start"), Prefetch: cmd.Int("prefetch"),
 		MinIdle: cmd.Duration("min-idle"), MaxDeliveries: int64(cmd.Int("max-deliveries")),
-		ShutdownTimeout: cmd.Duration("shutdown-timeout"), Logger: log, Metrics: reg})
+		ShutdownTimeout: cmd.Duration("shutdown-timeout"), Logger: log, Metrics: reg}, feed, partitions)
 	if err != nil {
 		return usageError{err}
 	}
@@ -95,8 +114,21 @@ func consumeAction(ctx context.Context, cmd *cli.Command) error {
 	if err := serveOps(ctx, cmd.String("metrics-addr"), reg, rdb, keys, nil, alive, alive, log); err != nil {
 		return err
 	}
-	log.Info("consuming", "stream", keys.Events(), "group", group, "consumer", consumer, "sink", cmd.String("sink"))
-	runErr := pool.Run(ctx, s.Handler())
+	if partitions > 1 {
+		log.Info("consuming", "streams", streamsOf(feed, partitions), "partitions", partitions, "group", group, "consumer", consumer, "sink", cmd.String("sink"))
+	} else {
+		log.Info("consuming", "stream", keys.Events(), "group", group, "consumer", consumer, "sink", cmd.String("sink"))
+	}
+	go watchPartitions(ctx, rdb, feed, partitions, partitionsRecheck, func(err error) {
+		err = fmt.Errorf("the feed recorded its partition count after this consumer started: %w; restart consume (without --partitions it reads every recorded partition)", err)
+		log.Error("stopping", "error", err.Error())
+		stop(err)
+	})
+	runErr := runPools(ctx, pools, s.Handler())
+	var pe *redisx.PartitionsError
+	if cause := context.Cause(ctx); runErr == nil && errors.As(cause, &pe) {
+		runErr = cause
+	}
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), cmd.Duration("shutdown-timeout"))
 	defer ccancel()
 	if err := s.Close(cctx); err != nil && runErr == nil {
@@ -109,8 +141,8 @@ func consumeAction(ctx context.Context, cmd *cli.Command) error {
 var sinkFlags = map[string][]string{
 	"file":  {"file-path", "file-max-bytes", "file-keep"},
 	"http":  {"http-url", "http-timeout", "http-header"},
-	"bulk":  {"bulk-es", "bulk-user", "bulk-password", "bulk-ca-cert", "bulk-insecure", "bulk-index"},
-	"redis": {"cache-redis", "cache-key", "cache-mode", "cache-ttl"},
+	"bulk":  append([]string{"bulk-es", "bulk-index"}, clusterFlagNames("bulk")...),
+	"redis": append([]string{"cache-key", "cache-mode", "cache-ttl"}, redisFlagNames("cache-redis")...),
 }
 
 // checkSinkFlags refuses a flag of another sink than --sink's: it would be
@@ -163,32 +195,48 @@ func newSink(ctx context.Context, cmd *cli.Command, rdb redis.UniversalClient, k
 		if len(urls) == 0 {
 			return nil, usagef("--sink bulk needs --bulk-es <target cluster URL>")
 		}
-		caPEM, insecure, err := clusterTLS(cmd, "bulk")
+		ecfg, err := clusterConn(cmd, "bulk", urls)
 		if err != nil {
 			return nil, err
 		}
-		client, err := es.New(es.Config{URLs: urls, Username: cmd.String("bulk-user"), Password: cmd.String("bulk-password"),
-			CACertPEM: caPEM, InsecureSkipVerify: insecure})
+		client, err := es.New(ecfg)
 		if err != nil {
 			return nil, usagef("--bulk-es: %v", err)
 		}
-		if insecure {
+		if ecfg.InsecureSkipVerify {
 			warnInsecure(log, "bulk-insecure", client.URLs())
 		}
-		if _, err := client.Info(ctx); err != nil {
-			return nil, fmt.Errorf("--sink bulk: %w", explainES(err, "bulk-es", "bulk", cmd.String("bulk-user")))
+		info, err := client.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("--sink bulk: %w", explainES(err, "bulk-es", "bulk", ecfg))
 		}
+		log.Info("bulk sink: connected to "+info.String(), "cluster", info.ClusterName, "urls", client.URLs())
 		s, err := sink.NewBulk(sink.BulkConfig{ES: client, Redis: rdb, Keys: keys, IndexTemplate: cmd.String("bulk-index"), Logger: log})
 		return s, wrapUsage("bulk", err)
 	case "redis":
 		cfg := sink.RedisConfig{Key: cmd.String("cache-key"), Mode: sink.RedisMode(cmd.String("cache-mode")), TTL: cmd.Duration("cache-ttl")}
-		if u := cmd.String("cache-redis"); u != "" {
-			cfg.URL = u
-		} else {
-			cfg.Client = rdb
+		cfg.Client = rdb
+		var cache redis.UniversalClient
+		if cmd.String("cache-redis") != "" {
+			var err error
+			if cache, err = connectCache(ctx, cmd, log); err != nil {
+				return nil, err
+			}
+			cfg.Client = cache
+		} else if used := setFlags(cmd, redisFlagNames("cache-redis")); len(used) > 0 {
+			return nil, usagef("--%s needs --cache-redis: add --cache-redis <URL>, or drop --%s (the feed's Redis is the cache by default, with the --redis flags)", used[0], used[0])
 		}
 		s, err := sink.NewRedis(cfg)
-		return s, wrapUsage("redis", err)
+		if err != nil {
+			if cache != nil {
+				cache.Close()
+			}
+			return nil, wrapUsage("redis", err)
+		}
+		if cache != nil {
+			return closingSink{s, cache}, nil
+		}
+		return s, nil
 	default:
 		return nil, usagef("--sink %q: want stdout, file, http, bulk or redis", name)
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,12 +42,8 @@ func resyncCommand() *cli.Command {
 
 // relayFlags are the flags of run and resync.
 func relayFlags() []cli.Flag {
-	return []cli.Flag{
+	flags := []cli.Flag{
 		&cli.StringSliceFlag{Name: "es", Value: []string{es.DefaultURL}, Usage: "Elasticsearch/OpenSearch URL (repeat for several nodes)", Sources: cli.EnvVars("ESCF_ES_URL")},
-		&cli.StringFlag{Name: "es-user", Usage: "basic auth user", Sources: cli.EnvVars("ESCF_ES_USER")},
-		&cli.StringFlag{Name: "es-password", Usage: "basic auth password", Sources: cli.EnvVars("ESCF_ES_PASSWORD")},
-		caCertFlag("es", "ESCF_ES", "the cluster"), insecureFlag("es", "ESCF_ES", "the cluster"),
-		&cli.StringFlag{Name: "redis", Value: "redis://localhost:6379/0", Usage: "Redis URL (redis:// or rediss://)", Sources: cli.EnvVars("ESCF_REDIS_URL")},
 		&cli.StringFlag{Name: "feed", Value: "default", Usage: "feed name: the Redis keys are escf:{<feed>}:…", Sources: cli.EnvVars("ESCF_FEED")},
 		&cli.StringSliceFlag{Name: "index", Usage: "index, pattern (logs-*,-logs-debug*), alias or data stream to follow (repeatable, comma-separated)", Sources: cli.EnvVars("ESCF_INDEX")},
 		&cli.BoolFlag{Name: "hidden", Usage: "let wildcards match hidden indices too", Sources: cli.EnvVars("ESCF_HIDDEN")},
@@ -65,25 +61,25 @@ func relayFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "max-stream-len", Value: 1_000_000, Usage: "with --trim and no consumer group: keep at most this many entries (with a warning)", Sources: cli.EnvVars("ESCF_MAX_STREAM_LEN")},
 		&cli.DurationFlag{Name: "min-retention", Usage: "with --trim: keep entries at least this long, acknowledged or not", Sources: cli.EnvVars("ESCF_MIN_RETENTION")},
 		&cli.Int64Flag{Name: "max-backlog", Usage: "pause reading the cluster while a consumer group lags by more than this many entries (0: never)", Sources: cli.EnvVars("ESCF_MAX_BACKLOG")},
-		metricsFlag(),
+		&cli.IntFlag{Name: "wait-replicas", Usage: "after each commit, wait (Redis WAIT) until this many replicas have it; fewer within --wait-timeout: the relay reloads its state and goes on (0: do not wait)", Sources: cli.EnvVars("ESCF_WAIT_REPLICAS")},
+		&cli.DurationFlag{Name: "wait-timeout", Value: checkpoint.DefaultWaitTimeout, Usage: "with --wait-replicas: how long each commit waits for the replicas", Sources: cli.EnvVars("ESCF_WAIT_TIMEOUT"), Validator: positiveDuration("wait-timeout")},
+		metricsFlag(), partitionsFlag(),
 	}
+	flags = append(flags, redisFlags("redis", "ESCF_REDIS", "the feed's Redis", defaultRedisURL)...)
+	return slices.Insert(flags, 1, clusterFlags("es", "ESCF_ES", "the cluster")...) // after --es
 }
 
 // runConfig is everything `run` needs, parsed and validated.
 type runConfig struct {
-	esURLs     []string
-	esUser     string
-	esPassword string
-	esCACert   []byte
-	esInsecure bool
-	redisURL   string
-	feed       string
-	targets    []string
-	hidden     bool
-	poll       time.Duration
-	batch      int
-	from       string
-	leaseTTL   time.Duration
+	es       es.Config // URLs, TLS and credentials
+	redis    redisx.ClientConfig
+	feed     string
+	targets  []string
+	hidden   bool
+	poll     time.Duration
+	batch    int
+	from     string
+	leaseTTL time.Duration
 
 	trim         bool
 	trimInterval time.Duration
@@ -91,6 +87,9 @@ type runConfig struct {
 	minRetention time.Duration
 	maxBacklog   int64
 	metricsAddr  string
+	waitReplicas int
+	waitTimeout  time.Duration
+	partitions   int // > 1: run a partition manager (run_partitions.go)
 
 	deletes           bool
 	scanInterval      time.Duration
@@ -101,8 +100,7 @@ type runConfig struct {
 
 func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 	c := runConfig{
-		esURLs: splitList(cmd.StringSlice("es")), esUser: cmd.String("es-user"), esPassword: cmd.String("es-password"),
-		redisURL: cmd.String("redis"), feed: cmd.String("feed"), targets: relay.SplitTargets(cmd.StringSlice("index")),
+		feed: cmd.String("feed"), targets: relay.SplitTargets(cmd.StringSlice("index")),
 		hidden: cmd.Bool("hidden"),
 		poll:   cmd.Duration("poll-interval"), batch: cmd.Int("batch-size"), from: cmd.String("from"),
 		leaseTTL: cmd.Duration("lease-ttl"), deletes: cmd.Bool("deletes"), scanInterval: cmd.Duration("delete-scan-interval"),
@@ -117,8 +115,15 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 	if err := needs(cmd, "trim", "trim-interval", "max-stream-len", "min-retention"); err != nil {
 		return c, err
 	}
+	c.waitReplicas, c.waitTimeout = cmd.Int("wait-replicas"), cmd.Duration("wait-timeout")
+	if c.waitReplicas < 0 {
+		return c, usagef("--wait-replicas %d: want the number of replicas each commit waits for (0: none)", c.waitReplicas)
+	}
+	if cmd.IsSet("wait-timeout") && c.waitReplicas == 0 {
+		return c, usagef("--wait-timeout needs --wait-replicas N (N > 0)")
+	}
 	var err error
-	if c.esCACert, c.esInsecure, err = clusterTLS(cmd, "es"); err != nil {
+	if c.es, err = clusterConn(cmd, "es", splitList(cmd.StringSlice("es"))); err != nil {
 		return c, err
 	}
 	if c.maxBacklog < 0 || c.maxStreamLen < 1 || c.trimInterval <= 0 || c.minRetention < 0 {
@@ -146,12 +151,11 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 	if c.from != relay.FromBeginning && c.from != relay.FromNow {
 		return c, usagef("--from %q: want beginning or now", c.from)
 	}
-	if err := (es.Config{URLs: c.esURLs}).Validate(); err != nil {
+	if err := (es.Config{URLs: c.es.URLs}).Validate(); err != nil {
 		return c, usagef("--es: %v", err)
 	}
-	if _, err := url.Parse(c.redisURL); err != nil {
-		// Not err itself: a *url.Error quotes the whole URL, password included.
-		return c, usagef("--redis %q: %v", redisx.Redact(c.redisURL), err.(*url.Error).Err)
+	if c.redis, err = redisConfig(cmd, "redis"); err != nil {
+		return c, err
 	}
 	return c, nil
 }
@@ -165,6 +169,9 @@ func relayAction(ctx context.Context, cmd *cli.Command, resync bool) error {
 	if err != nil {
 		return err
 	}
+	if cfg.partitions, err = parsePartitions(cmd); err != nil {
+		return err
+	}
 	var bar func(done, total int64)
 	if resync {
 		bar = progressBar(cmd.Root().ErrWriter)
@@ -174,34 +181,52 @@ func relayAction(ctx context.Context, cmd *cli.Command, resync bool) error {
 
 // runRelay connects, checks what the user named, and runs the relay until
 // ctx ends. With resync it first rebuilds the feed with a snapshot.
-func runRelay(ctx context.Context, cfg runConfig, log *slog.Logger, resync bool, progress func(done, total int64)) error {
+func runRelay(ctx context.Context, cfg runConfig, log *slog.Logger, resync bool, progress func(done, total int64)) (err error) {
 	keys := redisx.NewKeys(cfg.feed)
+	// A command Redis refuses for lack of a permission stops the relay:
+	// retrying cannot help.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	defer func() {
+		if denied := deniedCause(ctx, cfg.redis); denied != nil {
+			err = denied
+		}
+	}()
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rdb, err := connectRedis(pctx, cfg.redisURL, keys)
+	rdb, err := connectRedis(pctx, cfg.redis, keys, log, permissionStop(stop))
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
-	client, err := es.New(es.Config{URLs: cfg.esURLs, Username: cfg.esUser, Password: cfg.esPassword,
-		CACertPEM: cfg.esCACert, InsecureSkipVerify: cfg.esInsecure})
+	client, err := es.New(cfg.es)
 	if err != nil {
 		return usageError{err}
 	}
-	if cfg.esInsecure {
+	if cfg.es.InsecureSkipVerify {
 		warnInsecure(log, "es-insecure", client.URLs())
 	}
 	info, err := client.Info(pctx)
 	if err != nil {
-		return explainES(err, "es", "es", cfg.esUser)
+		return explainES(err, "es", "es", cfg.es)
 	}
-	log.Info("connected", "distribution", info.Distribution, "version", info.Version, "cluster", info.ClusterName)
+	if err := info.CheckSupported(); err != nil {
+		return fmt.Errorf("%s: %w", client.URLs(), err)
+	}
+	log.Info("connected to "+info.String(), "cluster", info.ClusterName, "distribution", info.Distribution, "version", info.Version, "urls", client.URLs())
+	if err := redisx.RecordPartitions(pctx, rdb, cfg.feed, cfg.partitions); err != nil {
+		return err
+	}
+	if cfg.partitions > 1 {
+		return runPartitioned(ctx, pctx, cfg, log, rdb, client, resync)
+	}
 	lease, err := redisx.NewLease(redisx.LeaseConfig{Client: rdb, Key: keys.Lease(), TTL: cfg.leaseTTL, Owner: ownerName()})
 	if err != nil {
 		return err
 	}
 	reg := newRegistry(rdb, keys)
-	store, err := checkpoint.New(checkpoint.Config{Client: rdb, Keys: keys, Lease: lease, Metrics: reg})
+	store, err := checkpoint.New(checkpoint.Config{Client: rdb, Keys: keys, Lease: lease, Metrics: reg,
+		WaitReplicas: cfg.waitReplicas, WaitTimeout: cfg.waitTimeout})
 	if err != nil {
 		return err
 	}
@@ -289,7 +314,7 @@ func checkTargets(ctx context.Context, client *es.Client, store *checkpoint.Stor
 				expr, client.URLs(), err, expr+"*")
 		}
 		if err != nil {
-			return explainES(err, "es", "es", cfg.esUser)
+			return explainES(err, "es", "es", cfg.es)
 		}
 		if len(res.Indices) == 0 {
 			log.Warn("the expression matches no index yet; the relay waits for one", "target", expr)
@@ -311,7 +336,7 @@ func checkTargets(ctx context.Context, client *es.Client, store *checkpoint.Stor
 			}
 			settings, err := client.Settings(ctx, ix.Name)
 			if err != nil {
-				return explainES(err, "es", "es", cfg.esUser)
+				return explainES(err, "es", "es", cfg.es)
 			}
 			if settings.SequenceNumbersDisabled {
 				todo := fmt.Sprintf("exclude it (e.g. %q)", expr+",-"+ix.Name)

@@ -22,16 +22,13 @@ func statusCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "status",
 		Usage: "print the feed's state (checkpoints vs global checkpoints, stream, groups, lease, dead letters); exit 1 if unhealthy",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "redis", Value: "redis://localhost:6379/0", Usage: "the feed's Redis URL", Sources: cli.EnvVars("ESCF_REDIS_URL")},
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "feed", Value: "default", Usage: "feed name", Sources: cli.EnvVars("ESCF_FEED")},
 			&cli.StringSliceFlag{Name: "es", Usage: "cluster URL, to show each shard's global checkpoint and lag (optional)", Sources: cli.EnvVars("ESCF_ES_URL")},
-			&cli.StringFlag{Name: "es-user", Sources: cli.EnvVars("ESCF_ES_USER")},
-			&cli.StringFlag{Name: "es-password", Sources: cli.EnvVars("ESCF_ES_PASSWORD")},
-			caCertFlag("es", "ESCF_ES", "the cluster"), insecureFlag("es", "ESCF_ES", "the cluster"),
 			&cli.Int64Flag{Name: "max-lag", Value: status.DefaultMaxLag, Usage: "unhealthy above this lag (shard operations or group entries)", Sources: cli.EnvVars("ESCF_MAX_LAG")},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
-		},
+			readPartitionsFlag(),
+		}, append(clusterFlags("es", "ESCF_ES", "the cluster"), redisFlags("redis", "ESCF_REDIS", "the feed's Redis", defaultRedisURL)...)...),
 		Action: statusAction,
 	}
 }
@@ -41,39 +38,84 @@ func statusAction(ctx context.Context, cmd *cli.Command) error {
 	if err := checkFeed(feed); err != nil {
 		return err
 	}
-	caPEM, insecure, err := clusterTLS(cmd, "es")
+	urls := splitList(cmd.StringSlice("es"))
+	ecfg, err := clusterConn(cmd, "es", urls)
 	if err != nil {
+		return err
+	}
+	rcfg, err := redisConfig(cmd, "redis")
+	if err != nil {
+		return err
+	}
+	if err := checkPartitionsFlag(cmd); err != nil {
 		return err
 	}
 	keys := redisx.NewKeys(feed)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	rdb, err := connectRedis(ctx, cmd.String("redis"), keys)
+	rdb, err := connectRedis(ctx, rcfg, keys, slog.New(slog.NewTextHandler(cmd.Root().ErrWriter, nil)), nil)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
 	src := status.Sources{Redis: rdb, Keys: keys, MaxLag: cmd.Int64("max-lag")}
-	if urls := splitList(cmd.StringSlice("es")); len(urls) > 0 {
-		client, err := es.New(es.Config{URLs: urls, Username: cmd.String("es-user"), Password: cmd.String("es-password"), RequestTimeout: 10 * time.Second,
-			CACertPEM: caPEM, InsecureSkipVerify: insecure})
+	if len(urls) > 0 {
+		ecfg.RequestTimeout = 10 * time.Second
+		client, err := es.New(ecfg)
 		if err != nil {
 			return usageError{fmt.Errorf("--es: %w", err)}
 		}
-		if insecure {
+		if ecfg.InsecureSkipVerify {
 			warnInsecure(slog.New(slog.NewTextHandler(cmd.Root().ErrWriter, nil)), "es-insecure", client.URLs())
 		}
 		src.ES = client
 	} else {
-		for _, f := range []string{"es-ca-cert", "es-insecure"} {
-			if cmd.IsSet(f) {
-				return usagef("--%s needs --es: add --es <cluster URL>, or drop --%s", f, f)
-			}
+		for _, f := range usedClusterFlags(cmd, "es") {
+			return usagef("--%s needs --es: add --es <cluster URL>, or drop --%s", f, f)
 		}
+	}
+	// The partition record is read with HGETALL, which status's ACL has.
+	meta, err := rdb.HGetAll(ctx, keys.Meta()).Result()
+	if err != nil {
+		return explainRedis(err, "redis", rcfg)
+	}
+	rec, err := redisx.ParsePartitionRecord(feed, meta)
+	if err != nil {
+		return err
+	}
+	partitions, err := choosePartitions(cmd, rec, feed, nil)
+	if err != nil {
+		return err
+	}
+	if partitions > 1 {
+		return statusPartitions(ctx, cmd, src, partitions, rcfg)
 	}
 	rep, err := status.Gather(ctx, src)
 	if err != nil {
+		return explainRedis(err, "redis", rcfg)
+	}
+	out := cmd.Root().Writer
+	if cmd.Bool("json") {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else if err := rep.WriteText(out); err != nil {
 		return err
+	}
+	if !rep.Healthy {
+		return fmt.Errorf("%w: %d problem(s)", errUnhealthy, len(rep.Problems))
+	}
+	return nil
+}
+
+// statusPartitions prints the report of a feed split in partitions; the
+// exit code follows its health, as for one partition.
+func statusPartitions(ctx context.Context, cmd *cli.Command, src status.Sources, partitions int, rcfg redisx.ClientConfig) error {
+	rep, err := status.GatherPartitions(ctx, src, partitions)
+	if err != nil {
+		return explainRedis(err, "redis", rcfg)
 	}
 	out := cmd.Root().Writer
 	if cmd.Bool("json") {

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -22,7 +21,6 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/relay/es"
 )
 
 // Exit codes.
@@ -187,103 +185,4 @@ func needs(cmd *cli.Command, on string, flags ...string) error {
 		}
 	}
 	return nil
-}
-
-// caCertFlag is --<prefix>-ca-cert: the PEM file of the CAs a cluster's
-// certificate must chain to.
-func caCertFlag(prefix, env, what string) cli.Flag {
-	return &cli.StringFlag{Name: prefix + "-ca-cert", Usage: "PEM file of the CA(s) that signed " + what + "'s certificate (default: the system's)",
-		Sources: cli.EnvVars(env + "_CA_CERT")}
-}
-
-// insecureFlag is --<prefix>-insecure: no certificate verification.
-func insecureFlag(prefix, env, what string) cli.Flag {
-	return &cli.BoolFlag{Name: prefix + "-insecure", Usage: "do not verify " + what + "'s TLS certificate (logs a warning)",
-		Sources: cli.EnvVars(env + "_INSECURE")}
-}
-
-// clusterTLS reads --<prefix>-ca-cert and --<prefix>-insecure.
-func clusterTLS(cmd *cli.Command, prefix string) (caPEM []byte, insecure bool, err error) {
-	caFlag, insFlag := prefix+"-ca-cert", prefix+"-insecure"
-	path, insecure := cmd.String(caFlag), cmd.Bool(insFlag)
-	if path != "" && insecure {
-		return nil, false, usagef("--%s and --%s contradict each other: verify the certificate with the CA, or skip verification, not both", caFlag, insFlag)
-	}
-	if path == "" {
-		return nil, insecure, nil
-	}
-	caPEM, err = os.ReadFile(path)
-	if err != nil {
-		return nil, false, usagef("--%s: %v", caFlag, err)
-	}
-	if err := (es.Config{CACertPEM: caPEM}).Validate(); err != nil {
-		return nil, false, usagef("--%s %s: no PEM certificate in it (want the CA certificate, -----BEGIN CERTIFICATE-----)", caFlag, path)
-	}
-	return caPEM, insecure, nil
-}
-
-// warnInsecure logs that certificate checks are off.
-func warnInsecure(log *slog.Logger, flag, urls string) {
-	log.Warn("TLS certificate verification is off: anyone on the network path can read and change the traffic",
-		"flag", "--"+flag, "urls", urls)
-}
-
-// connectRedis opens the feed's Redis and checks it before anything is
-// written: reachable, a Redis server, the database exists, and the feed's
-// keys that exist have the feed's types.
-func connectRedis(ctx context.Context, rawURL string, keys redisx.Keys) (redis.UniversalClient, error) {
-	rdb, err := redisx.NewClient(rawURL)
-	if err != nil {
-		return nil, usageError{fmt.Errorf("--redis: %w", err)}
-	}
-	if err := redisx.Check(ctx, rdb, rawURL); err != nil {
-		rdb.Close()
-		return nil, fmt.Errorf("--redis: %w", err)
-	}
-	if err := redisx.CheckKeyTypes(ctx, rdb, keys); err != nil {
-		rdb.Close()
-		var wt *redisx.WrongTypeError
-		if errors.As(err, &wt) {
-			return nil, fmt.Errorf("feed %q: key %s in %s is a %s, not a %s: it is not this feed's; use another --feed (or Redis database), or delete the key if nothing needs it (es-changefeed leaves it alone)",
-				keys.Feed(), wt.Key, redisx.Redact(rawURL), wt.Type, wt.Want)
-		}
-		return nil, err
-	}
-	return rdb, nil
-}
-
-// explainES turns a failed startup call to a cluster into one line a user
-// can act on. flag is the URL flag ("es" or "bulk-es"); tlsPrefix the
-// prefix of its TLS and credential flags ("es" or "bulk").
-func explainES(err error, flag, tlsPrefix, user string) error {
-	var ee *es.Error
-	var te *es.TLSError
-	switch {
-	case errors.As(err, &te):
-		switch te.Problem {
-		case es.TLSUntrusted:
-			return fmt.Errorf("%v: pass --%s-ca-cert FILE with the PEM of the CA that signed it (Elasticsearch 8+: config/certs/http_ca.crt), or --%s-insecure to skip verification",
-				err, tlsPrefix, tlsPrefix)
-		case es.TLSNotTLS:
-			return fmt.Errorf("%v: use http:// in --%s, or enable TLS on the cluster", err, flag)
-		case es.TLSRequired:
-			return fmt.Errorf("%v: use https:// in --%s (with --%s-ca-cert if its certificate is self-signed)", err, flag, tlsPrefix)
-		}
-		return fmt.Errorf("%v: check --%s", err, flag)
-	case errors.Is(err, es.ErrUnauthorized):
-		who := "no credentials"
-		if user != "" {
-			who = fmt.Sprintf("user %q", user)
-		}
-		if errors.As(err, &ee) && ee.Status == http.StatusForbidden {
-			return fmt.Errorf("Elasticsearch/OpenSearch denied %s (%v): grant it the privileges the README lists, or check --%s-user/--%s-password",
-				who, err, tlsPrefix, tlsPrefix)
-		}
-		return fmt.Errorf("Elasticsearch/OpenSearch refused %s (%v): check --%s-user/--%s-password", who, err, tlsPrefix, tlsPrefix)
-	case errors.Is(err, es.ErrNotFound):
-		return fmt.Errorf("%v: check --index (the indices must exist)", err)
-	case errors.As(err, &ee) && ee.Status == 0:
-		return fmt.Errorf("cannot reach Elasticsearch: %v: check --%s", err, flag)
-	}
-	return err
 }

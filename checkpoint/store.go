@@ -113,7 +113,19 @@ type Config struct {
 	// Rebase can say which documents consumers may have applied from
 	// entries that are gone. Default DefaultRollbackMemory.
 	RollbackMemory time.Duration
+	// WaitReplicas, when above 0, makes every commit wait (Redis WAIT,
+	// on the connection of the transaction, after EXEC) until that many
+	// replicas acknowledged it: a commit fewer replicas acknowledged within
+	// WaitTimeout returns an error wrapping ErrNotReplicated. Default 0: no
+	// waiting (a failover to a lagging replica may lose acknowledged
+	// commits; ErrRolledBack detects it).
+	WaitReplicas int
+	// WaitTimeout bounds each WAIT. Default DefaultWaitTimeout.
+	WaitTimeout time.Duration
 }
+
+// DefaultWaitTimeout is Config.WaitTimeout when zero.
+const DefaultWaitTimeout = time.Second
 
 // DefaultRollbackMemory is Config.RollbackMemory when zero: well above the
 // second appendfsync everysec may lose.
@@ -130,6 +142,12 @@ func (c Config) Validate() error {
 	if c.RollbackMemory < 0 {
 		return fmt.Errorf("checkpoint config: RollbackMemory = %s: want >= 0", c.RollbackMemory)
 	}
+	if c.WaitReplicas < 0 {
+		return fmt.Errorf("checkpoint config: WaitReplicas = %d: want >= 0 (0: do not wait for replicas)", c.WaitReplicas)
+	}
+	if c.WaitTimeout < 0 {
+		return fmt.Errorf("checkpoint config: WaitTimeout = %s: want > 0 (default %s)", c.WaitTimeout, DefaultWaitTimeout)
+	}
 	return nil
 }
 
@@ -140,12 +158,16 @@ type Store struct {
 	events     *prometheus.CounterVec
 	commits    prometheus.Counter
 	commitTime prometheus.Histogram
+	waitShort  prometheus.Counter
 
 	mu sync.Mutex
 	// high is the highest value of the meta commits counter this Store
 	// committed (or found at Rebase): Redis holding less lost writes it
 	// acknowledged.
 	high int64
+	// acked is the highest count of a commit Commit returned nil for
+	// (<= high; commits above it returned ErrNotReplicated).
+	acked int64
 	// sent are the recent commits that delivered documents, oldest first,
 	// kept for RollbackMemory; forgotten is the highest count dropped.
 	sent      []*sentBatch
@@ -168,6 +190,9 @@ func New(cfg Config) (*Store, error) {
 	if cfg.RollbackMemory == 0 {
 		cfg.RollbackMemory = DefaultRollbackMemory
 	}
+	if cfg.WaitTimeout == 0 {
+		cfg.WaitTimeout = DefaultWaitTimeout
+	}
 	s := &Store{cfg: cfg,
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escf_events_written_total",
 			Help: "Events committed to the stream, by op."}, []string{"op"}),
@@ -175,9 +200,15 @@ func New(cfg Config) (*Store, error) {
 			Help: "Transactions committed (events, checkpoints and delivered ids in one MULTI/EXEC)."}),
 		commitTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escf_commit_duration_seconds",
 			Help: "Time of one commit transaction.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+		waitShort: prometheus.NewCounter(prometheus.CounterOpts{Name: "escf_commits_unreplicated_total",
+			Help: "Commits fewer replicas acknowledged (WAIT) than --wait-replicas within --wait-timeout."}),
 	}
 	if cfg.Metrics != nil {
-		for _, c := range []prometheus.Collector{s.events, s.commits, s.commitTime} {
+		cs := []prometheus.Collector{s.events, s.commits, s.commitTime}
+		if cfg.WaitReplicas > 0 {
+			cs = append(cs, s.waitShort)
+		}
+		for _, c := range cs {
 			if err := cfg.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("checkpoint metrics: %w", err)
 			}
@@ -217,6 +248,15 @@ var ErrStateLost = errors.New("the feed's state is lost")
 // from the cluster.
 var ErrRolledBack = errors.New("the feed's state in Redis rolled back")
 
+// ErrNotReplicated means a commit was written to the Redis master but fewer
+// replicas than Config.WaitReplicas acknowledged it within WaitTimeout (or
+// the connection failed during WAIT): a failover now could lose it. The
+// caller Rebases and Loads again before going on, as after any failed
+// Commit. The Store remembers the commit: if a failover loses it, Rebase
+// reports it (and its documents: consumers may have read it from the
+// master), but not as RolledBack.Acknowledged.
+var ErrNotReplicated = errors.New("commit not acknowledged by enough replicas")
+
 // RolledBack is what Rebase found Redis lost of this Store's commits.
 type RolledBack struct {
 	// Commits is how many commits Redis lost (0: none).
@@ -229,11 +269,18 @@ type RolledBack struct {
 	// Forgotten is set when some lost commits are older than
 	// RollbackMemory: their documents are not in Delivered.
 	Forgotten bool
+	// Acknowledged is how many of the lost commits Commit had returned
+	// nil for (with Config.WaitReplicas: that many replicas had them, or a
+	// later commit they preceded), as opposed to commits it returned
+	// ErrNotReplicated for. With WaitReplicas > 0 it is 0 unless Redis lost
+	// more than a failover to an acknowledging replica can.
+	Acknowledged int64
 }
 
 // Merge adds o to r.
 func (r *RolledBack) Merge(o RolledBack) {
 	r.Commits += o.Commits
+	r.Acknowledged += o.Acknowledged
 	r.Forgotten = r.Forgotten || o.Forgotten
 	for id, docs := range o.Delivered {
 		if r.Delivered == nil {
@@ -257,6 +304,7 @@ func (s *Store) Rebase(ctx context.Context) (RolledBack, error) {
 	var rb RolledBack
 	if n < s.high {
 		rb.Commits, rb.Forgotten = s.high-n, s.forgotten > n
+		rb.Acknowledged = max(0, s.acked-n)
 		keep := s.sent[:0]
 		for _, b := range s.sent {
 			if b.count <= n {
@@ -269,7 +317,7 @@ func (s *Store) Rebase(ctx context.Context) (RolledBack, error) {
 		s.sent = keep
 		s.forgotten = min(s.forgotten, n) // counts above n are given again
 	}
-	s.high = n
+	s.high, s.acked = n, min(s.acked, n)
 	return rb, nil
 }
 
@@ -280,13 +328,17 @@ func (s *Store) committed() int64 {
 	return s.high
 }
 
-// sawCommit records a successful commit: its count, and the documents it
+// sawCommit records a commit written on the master: its count, whether
+// it was acknowledged (not ErrNotReplicated), and the documents it
 // delivered (forgetting those older than RollbackMemory).
-func (s *Store) sawCommit(n int64, delivered map[ShardID][]Doc) {
+func (s *Store) sawCommit(n int64, delivered map[ShardID][]Doc, acked bool) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.high = max(s.high, n)
+	if acked {
+		s.acked = max(s.acked, n)
+	}
 	drop := 0
 	for drop < len(s.sent) && now.Sub(s.sent[drop].at) > s.cfg.RollbackMemory {
 		s.forgotten = max(s.forgotten, s.sent[drop].count)
@@ -344,8 +396,28 @@ const (
 // dead-letter stream, the generations and the fences — so that resync can
 // rebuild it. It is not atomic
 // (keys are found with SCAN); an interrupted reset is finished by the next
-// one.
+// one. On Redis Cluster it scans every master (the feed's keys share one
+// slot, but a slot being migrated has keys on two nodes).
 func (s *Store) Reset(ctx context.Context) (int, error) {
+	cc, ok := s.cfg.Client.(*redis.ClusterClient)
+	if !ok {
+		return s.reset(ctx, s.cfg.Client)
+	}
+	var mu sync.Mutex
+	deleted := 0
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		n, err := s.reset(ctx, node)
+		mu.Lock()
+		deleted += n
+		mu.Unlock()
+		return err
+	})
+	return deleted, err
+}
+
+// reset is Reset with SCAN on one server (deletes go through the Store's
+// client, which routes them).
+func (s *Store) reset(ctx context.Context, scanner redis.Cmdable) (int, error) {
 	k := s.cfg.Keys
 	// The stream, lease and dead letters are not state; generations and
 	// consumer fences must outlive a resync (versions and orders already
@@ -355,7 +427,7 @@ func (s *Store) Reset(ctx context.Context) (int, error) {
 	var cursor uint64
 	deleted := 0
 	for {
-		keys, next, err := s.cfg.Client.Scan(ctx, cursor, k.Pattern(), 1000).Result()
+		keys, next, err := scanner.Scan(ctx, cursor, k.Pattern(), 1000).Result()
 		if err != nil {
 			return deleted, fmt.Errorf("reset %s: %w", k.Feed(), err)
 		}
@@ -374,7 +446,7 @@ func (s *Store) Reset(ctx context.Context) (int, error) {
 		if next == 0 {
 			// The commit counter went with the meta hash.
 			s.mu.Lock()
-			s.high, s.sent, s.forgotten = 0, nil, 0
+			s.high, s.acked, s.sent, s.forgotten = 0, 0, nil, 0
 			s.mu.Unlock()
 			return deleted, nil
 		}
@@ -481,8 +553,16 @@ func (s *Store) Commit(ctx context.Context, b Batch) error {
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		count, err := s.commitOnce(ctx, b)
+		if errors.Is(err, ErrNotReplicated) {
+			// Written on the master (consumers may read it there), but not
+			// acknowledged by the replicas: a failover may drop it.
+			// Remember it, so that Rebase tells its loss and documents.
+			s.sawCommit(count, b.Delivered, false)
+			s.waitShort.Inc()
+			return err
+		}
 		if err == nil {
-			s.sawCommit(count, b.Delivered)
+			s.sawCommit(count, b.Delivered, true)
 			s.commits.Inc()
 			s.commitTime.Observe(time.Since(start).Seconds())
 			for _, e := range b.Events {
@@ -510,9 +590,17 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 	leaseKey := s.cfg.Lease.Key()
 	var adds []*redis.StringCmd
 	var count *redis.IntCmd
+	var waitErr error
 	// Commits of this Store acknowledged before this one began: Redis
 	// holding fewer lost them. (Concurrent commits only raise the count.)
 	known := s.committed()
+	// A cluster client must be told the watched key (it picks the node by
+	// its slot, and WATCHes it first); a plain client WATCHes it in the
+	// first round trip below, with the reads.
+	var watched []string
+	if _, ok := s.cfg.Client.(*redis.ClusterClient); ok {
+		watched = []string{leaseKey}
+	}
 	err := s.cfg.Client.Watch(ctx, func(tx *redis.Tx) error {
 		var owner, stored *redis.StringCmd
 		if _, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -615,8 +703,21 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 			}
 			return nil
 		})
-		return err
-	})
+		if err != nil || s.cfg.WaitReplicas == 0 {
+			return err
+		}
+		// Same connection as EXEC: WAIT counts the replicas that have
+		// everything this connection wrote.
+		acked, werr := tx.Wait(ctx, s.cfg.WaitReplicas, s.cfg.WaitTimeout).Result()
+		switch {
+		case werr != nil:
+			waitErr = fmt.Errorf("%w: WAIT %d %d: %v", ErrNotReplicated, s.cfg.WaitReplicas, s.cfg.WaitTimeout.Milliseconds(), werr)
+		case acked < int64(s.cfg.WaitReplicas):
+			waitErr = fmt.Errorf("%w: %d of the %d replicas asked for (--wait-replicas) acknowledged it within %s (--wait-timeout)",
+				ErrNotReplicated, acked, s.cfg.WaitReplicas, s.cfg.WaitTimeout)
+		}
+		return nil
+	}, watched...)
 	switch {
 	case err == nil:
 	case errors.Is(err, redis.TxFailedErr):
@@ -628,6 +729,9 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 	}
 	for i, c := range adds {
 		b.Events[i].StreamID = c.Val()
+	}
+	if waitErr != nil {
+		return count.Val(), fmt.Errorf("commit %d events to %s (commit %d): %w", len(b.Events), k.Events(), count.Val(), waitErr)
 	}
 	return count.Val(), nil
 }

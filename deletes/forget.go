@@ -26,6 +26,10 @@ type Gone struct {
 	// PerDocument emits one delete per delivered id; otherwise a single
 	// index_deleted event.
 	PerDocument bool
+	// NoIndexEvent drops the index's state without its index_deleted
+	// event: with partitions, only the partition owning the index's shard 0
+	// emits it.
+	NoIndexEvent bool
 }
 
 // ForgetIndex emits the end of an index and drops its state: one delete per
@@ -49,7 +53,7 @@ func ForgetIndex(ctx context.Context, rdb redis.UniversalClient, keys redisx.Key
 		forget = append(forget, checkpoint.ShardID{IndexUUID: g.UUID, Shard: n})
 	}
 	final := checkpoint.Batch{ForgetShards: forget, ForgetIndices: []string{g.UUID}}
-	if !g.PerDocument {
+	if !g.PerDocument && !g.NoIndexEvent {
 		final.Events = []redisx.Event{{Op: redisx.OpIndexDeleted, Index: g.Info.Name, IndexUUID: g.UUID, Target: g.Info.Target}}
 	} else {
 		for n := range shards {
@@ -64,7 +68,7 @@ func ForgetIndex(ctx context.Context, rdb redis.UniversalClient, keys redisx.Key
 		return deleted, err
 	}
 	log.Info("index is gone: emitted its end and dropped its state", "index", g.Info.Name, "index_uuid", g.UUID,
-		"deletes", deleted, "index_deleted_event", !g.PerDocument)
+		"deletes", deleted, "index_deleted_event", !g.PerDocument && !g.NoIndexEvent)
 	return deleted, nil
 }
 

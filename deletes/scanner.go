@@ -32,6 +32,22 @@ const (
 // ErrAborted wraps every reason a scan stopped without emitting anything.
 var ErrAborted = errors.New("delete scan aborted")
 
+// addScratch adds ids (ARGV[2..]) to a scan's scratch set (KEYS[1]) with a
+// TTL (ARGV[1], seconds), only while the feed's meta hash (KEYS[2]) exists:
+// a Redis that lost the feed's state (restarted empty) gets no key from a
+// scan still running, whatever the relay has not noticed yet. (TYPE, not
+// EXISTS: the relay's documented ACL has it.)
+var addScratch = redis.NewScript(`
+if redis.call('TYPE', KEYS[2]).ok == 'none' then
+  return redis.error_reply('ESCFNOSTATE the feed state is gone: ' .. KEYS[2] .. ' does not exist')
+end
+for i = 2, #ARGV, 1000 do
+  redis.call('SADD', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return 1
+`)
+
 // Config configures a Scanner.
 type Config struct {
 	// ES reads the cluster. Required.
@@ -344,11 +360,7 @@ func (s *Scanner) findGone(ctx context.Context, sh Shard, sc0 es.ShardCheckpoint
 		for i, r := range refs {
 			ids[i] = r.ID
 		}
-		pipe := rdb.Pipeline()
-		pipe.SAdd(ctx, scratch, ids...)
-		pipe.Expire(ctx, scratch, scratchTTL)
-		_, err := pipe.Exec(ctx)
-		return err
+		return addScratch.Run(ctx, rdb, []string{scratch, k.Meta()}, append([]any{int64(scratchTTL / time.Second)}, ids...)...).Err()
 	})
 	if err != nil {
 		return nil, false, aborted("%v", err)

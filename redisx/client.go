@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,33 +21,11 @@ import (
 // ErrBadURL wraps every reason a Redis URL is refused.
 var ErrBadURL = errors.New("bad Redis URL")
 
-// NewClient returns a client for a Redis URL: redis://[user:password@]host:port[/db]
-// or rediss:// for TLS. The caller closes it. The error names the URL with
-// its password masked.
+// NewClient returns a client for a Redis URL: redis://[user:password@]host:port[/db],
+// rediss:// for TLS, or a Sentinel URL (see ClientConfig.URL). The caller
+// closes it. The error names the URL with its password masked.
 func NewClient(rawURL string) (redis.UniversalClient, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		// Not err itself: a *url.Error quotes the whole URL, password included.
-		return nil, fmt.Errorf("%w %q: %v (want redis://host:port/db or rediss://…)", ErrBadURL, Redact(rawURL), errors.Unwrap(err))
-	}
-	switch u.Scheme {
-	case "redis", "rediss":
-	case "":
-		return nil, fmt.Errorf("%w %q: no scheme (want redis://host:port/db or rediss://…)", ErrBadURL, Redact(rawURL))
-	default:
-		return nil, fmt.Errorf("%w %q: scheme %q is not supported (want redis:// or rediss://)", ErrBadURL, Redact(rawURL), u.Scheme)
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("%w %q: no host (want redis://host:port/db)", ErrBadURL, Redact(rawURL))
-	}
-	if strayAt(u) {
-		return nil, fmt.Errorf("%w %q: an '@' after the host (percent-encode '/', '?' and '#' in a password: %%2F, %%3F, %%23)", ErrBadURL, Redact(rawURL))
-	}
-	opt, err := redis.ParseURL(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("%w %q: %v", ErrBadURL, Redact(rawURL), err)
-	}
-	return redis.NewClient(opt), nil
+	return NewClientWithConfig(ClientConfig{URL: rawURL})
 }
 
 // strayAt reports whether an '@' follows the host: a password with an
@@ -84,38 +64,69 @@ var (
 	ErrNoDatabase = errors.New("no database")
 	// ErrWrongType: a feed key holds another type than the feed puts there.
 	ErrWrongType = errors.New("feed key of the wrong type")
+	// ErrNotCluster: a redis-cluster:// URL names a server without
+	// cluster support.
+	ErrNotCluster = errors.New("not a Redis Cluster")
 )
 
-// Check pings the server of rawURL through rdb (a client NewClient made
-// from rawURL) and turns a failure into one error naming the URL, password
-// masked: unreachable, not a Redis server (ErrNotRedis, with what it
-// answered), a database number it does not have (ErrNoDatabase), refused
-// credentials. It blocks until the answer or ctx ends.
-func Check(ctx context.Context, rdb redis.UniversalClient, rawURL string) error {
+// Check pings the server of cfg through rdb (a client NewClientWithConfig
+// made from cfg) and turns a failure into one error naming the URL,
+// password masked: unreachable, not a Redis server (ErrNotRedis, with what
+// it answered), a database number it does not have (ErrNoDatabase),
+// refused credentials (ErrAuth), a TLS certificate it does not trust or a
+// TLS handshake the server refused (ErrTLSUntrusted, ErrTLSRefused), no
+// permission for PING (ErrNoPermission). It blocks until the answer or ctx
+// ends.
+func Check(ctx context.Context, rdb redis.UniversalClient, cfg ClientConfig) error {
 	err := rdb.Ping(ctx).Err()
 	if err == nil {
 		return nil
 	}
-	where := Redact(rawURL)
-	opt, perr := redis.ParseURL(rawURL)
+	where := cfg.Redacted()
+	p, perr := cfg.parse()
 	if perr != nil {
-		return fmt.Errorf("%w %q: %v", ErrBadURL, where, perr)
+		return perr
+	}
+	if p.failover != nil {
+		if why := askSentinels(ctx, p.failover); why != "" {
+			return fmt.Errorf("Redis at %s: %s (PING: %v)", where, why, err)
+		}
 	}
 	var rerr redis.Error
 	var oe *net.OpError
 	var rh tls.RecordHeaderError
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
 	switch {
+	case p.cluster != nil && redis.HasErrorPrefix(err, "This instance has cluster support disabled"):
+		return fmt.Errorf("Redis at %s is %w: a node answered %q: for a single server use redis:// (rediss:// for TLS)", where, ErrNotCluster, err)
 	case redis.HasErrorPrefix(err, "DB index is out of range"):
 		return fmt.Errorf("Redis at %s has %w %d (%v): it has %s",
-			where, ErrNoDatabase, opt.DB, err, databases(ctx, opt))
-	case redis.HasErrorPrefix(err, "NOAUTH"), redis.HasErrorPrefix(err, "WRONGPASS"), redis.HasErrorPrefix(err, "NOPERM"):
-		return fmt.Errorf("Redis at %s refused the credentials: %w", where, err)
+			where, ErrNoDatabase, p.db, err, databases(ctx, p))
+	case redis.HasErrorPrefix(err, "NOAUTH"), redis.HasErrorPrefix(err, "WRONGPASS"), strings.Contains(err.Error(), "failed to authenticate"):
+		return fmt.Errorf("Redis at %s: %w: %v", where, ErrAuth, err)
+	case IsNoPerm(err):
+		return fmt.Errorf("Redis at %s: %w: %v", where, &PermissionError{Command: "ping", Err: err}, err)
+	case errors.As(err, &ua), errors.As(err, &ci):
+		return fmt.Errorf("Redis at %s: %w (%v)", where, ErrTLSUntrusted, err)
+	case errors.As(err, &he):
+		return fmt.Errorf("Redis at %s: %w: %v (connect by a name the certificate holds)", where, ErrTLSUntrusted, err)
+	case errors.As(err, &oe) && oe.Op == "remote error":
+		return fmt.Errorf("Redis at %s: %w (%v)", where, ErrTLSRefused, err)
 	case errors.As(err, &rerr):
 		return fmt.Errorf("Redis at %s: %w", where, err)
 	case errors.As(err, &rh):
 		return fmt.Errorf("%s does not speak TLS (%v): use redis:// instead of rediss://", where, err)
 	case errors.As(err, &oe) && oe.Op == "dial":
 		return fmt.Errorf("cannot reach Redis at %s: %w", where, err)
+	}
+	if p.failover != nil {
+		return fmt.Errorf("cannot reach the Redis master %q through the sentinels of %s: %w", p.failover.MasterName, where, err)
+	}
+	opt := p.opt
+	if p.cluster != nil {
+		opt = &redis.Options{Addr: p.cluster.Addrs[0], TLSConfig: p.cluster.TLSConfig}
 	}
 	if answer, redisLike := probe(ctx, opt); !redisLike {
 		return fmt.Errorf("%s is %w: it %s (PING: %v)", where, ErrNotRedis, answer, err)
@@ -155,17 +166,24 @@ func probe(ctx context.Context, opt *redis.Options) (answer string, redisLike bo
 		return "", true
 	case line != "":
 		return fmt.Sprintf("answered %q", strings.TrimSpace(line)), false
-	case errors.Is(err, io.EOF):
+	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET):
 		return "closed the connection without answering PING (for a Redis with TLS, use rediss://)", false
 	}
 	return "", true // silence: a busy or paused Redis looks the same
 }
 
 // databases says how many databases the server has, as well as it can tell.
-func databases(ctx context.Context, opt *redis.Options) string {
-	o := *opt
-	o.DB = 0
-	c := redis.NewClient(&o)
+func databases(ctx context.Context, p parsed) string {
+	var c *redis.Client
+	if p.failover != nil {
+		o := *p.failover
+		o.DB = 0
+		c = redis.NewFailoverClient(&o)
+	} else {
+		o := *p.opt
+		o.DB = 0
+		c = redis.NewClient(&o)
+	}
 	defer c.Close()
 	if v, err := c.ConfigGet(ctx, "databases").Result(); err == nil && v["databases"] != "" {
 		if n, err := strconv.Atoi(v["databases"]); err == nil {
@@ -213,4 +231,33 @@ func CheckKeyTypes(ctx context.Context, rdb redis.UniversalClient, keys Keys) er
 		}
 	}
 	return nil
+}
+
+// askSentinels asks each sentinel for the master and says what is wrong
+// when none names it: unreachable, or no master of that name. "" when
+// some sentinel knows the master (the trouble is elsewhere).
+func askSentinels(ctx context.Context, fo *redis.FailoverOptions) string {
+	var unknown, unreachable []string
+	for _, addr := range fo.SentinelAddrs {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, TLSConfig: fo.TLSConfig, MaxRetries: -1})
+		_, err := sc.GetMasterAddrByName(ctx, fo.MasterName).Result()
+		sc.Close()
+		switch {
+		case err == nil:
+			return ""
+		case errors.Is(err, redis.Nil):
+			unknown = append(unknown, addr)
+		default:
+			unreachable = append(unreachable, fmt.Sprintf("%s (%v)", addr, err))
+		}
+	}
+	var parts []string
+	if len(unknown) > 0 {
+		parts = append(parts, fmt.Sprintf("the sentinels %s know no master named %q: check the master name",
+			strings.Join(unknown, ", "), fo.MasterName))
+	}
+	if len(unreachable) > 0 {
+		parts = append(parts, "cannot reach the sentinels "+strings.Join(unreachable, ", "))
+	}
+	return strings.Join(parts, "; ")
 }

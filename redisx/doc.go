@@ -2,10 +2,19 @@
 // the consumers. It imports no feature package.
 //
 //   - Keys names a feed's keys; they all share the hash tag {feed}, so one
-//     MULTI/EXEC over them is legal on Redis Cluster.
+//     MULTI/EXEC over them is legal on Redis Cluster. PartitionKeys names
+//     those of one partition of a feed split in several ({feed:p});
+//     ReadPartitions, CheckPartitions and RecordPartitions read, check and
+//     record the partition count in the feed-level meta hash.
 //   - Event is one stream entry; its flat fields (Values, ParseEvent) and its
 //     JSON line (MarshalJSON) are a public contract.
-//   - NewClient builds a client from a redis:// or rediss:// URL.
+//   - NewClient builds a client from a redis://, rediss:// or Sentinel URL;
+//     NewClientWithConfig adds a password kept out of the URL, a CA, a
+//     client certificate and Sentinel (a failover client that follows the
+//     master). Check turns a failed PING into one error naming the cause
+//     (unreachable, not Redis, TLS untrusted or refused, credentials,
+//     database, sentinels). PermissionHook reports commands refused with
+//     NOPERM, so a process can stop instead of retrying them.
 //   - Lease is the relay's fencing lease (SET NX PX, renewed at TTL/3).
 //   - Pool is a worker pool in a consumer group: a Handler returns nil to
 //     have an event acknowledged; errors are retried with backoff (each

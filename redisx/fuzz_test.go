@@ -260,6 +260,7 @@ func FuzzNewClient(f *testing.F) {
 		"redis://user:sec ret@host/0", "redis://user:p@ss@host:6379/0", "redis://u:12/x@host", "unix:///tmp/redis.sock",
 		"http://h:6379", "localhost:6379", "redis://", "redis:///0", "", "redis://h:99999999999/0", "redis://h?db=1&db=2",
 		"redis://üñí.example:6379/0", "redis://h/%zz",
+		"redis-sentinel://u:pw@s1:26379,s2:26379/mymaster/1", "rediss-sentinel://s1:26379/m", "redis-sentinel://s1:26379", "redis-sentinel://s1/m/x/y",
 	} {
 		f.Add(s)
 	}
@@ -298,7 +299,7 @@ func FuzzNewClient(f *testing.F) {
 		if opt.Addr != opt2.Addr || opt.DB != opt2.DB || opt.Username != opt2.Username || (opt.TLSConfig == nil) != (opt2.TLSConfig == nil) {
 			t.Fatalf("%q and its redacted form %q differ: addr %q/%q db %d/%d user %q/%q", raw, red, opt.Addr, opt2.Addr, opt.DB, opt2.DB, opt.Username, opt2.Username)
 		}
-		if u, _ := url.Parse(raw); (u.Scheme == "rediss") != (opt.TLSConfig != nil) {
+		if u, _ := url.Parse(raw); (u.Scheme == "rediss" || u.Scheme == "rediss-sentinel") != (opt.TLSConfig != nil) {
 			t.Fatalf("%q: TLS %v", raw, opt.TLSConfig != nil)
 		}
 	})
@@ -308,7 +309,12 @@ func FuzzNewClient(f *testing.F) {
 // errors: a password that is a substring of it proves nothing.
 const redisURLTexts = `bad Redis URL: no scheme (want redis://host:port/db or rediss://…) scheme is not supported (want redis:// or rediss://) no host ` +
 	`redis: invalid database number: redis: invalid URL path: redis: unexpected option: invalid URL escape invalid port after host ` +
-	`invalid character in host name net/url: invalid userinfo invalid control character in URL missing protocol scheme first path segment in URL cannot contain colon xxxxx`
+	`invalid character in host name net/url: invalid userinfo invalid control character in URL missing protocol scheme first path segment in URL cannot contain colon xxxxx ` +
+	`(want redis://, rediss://, redis-sentinel://, rediss-sentinel://, redis-cluster:// or rediss-cluster://) cluster node address want host:port (several: host1:6379,host2:6379) ` +
+	`a Redis Cluster has only database 0 (drop the path, or write /0) a Redis Cluster URL takes no options after '?' ` +
+	`a Sentinel master is set, but redis-cluster:// is a Redis Cluster (it fails over by itself): drop the Sentinel master ` +
+	`(want redis://, rediss://, redis-sentinel:// or rediss-sentinel://) sentinel address want host:port (several: host1:26379,host2:26379) ` +
+	`no master name (want redis-sentinel://host:26379/<master>[/db]) database is not a number path want /<master>[/db] a Sentinel URL takes no options after '?'`
 
 // FuzzRedact: in a URL prefix + user + ":" + password + "@" + rest, the
 // password never appears in Redact's output, nor in any error NewClient
@@ -330,6 +336,8 @@ func FuzzRedact(f *testing.F) {
 	f.Add("", "user", "s3cr3t-pw", "host:6379")
 	f.Add("redis:", "user", "s3cr3t-pw", "host:6379")
 	f.Add("redis://", "u:x", "s3cr3t-pw", "h#frag")
+	f.Add("redis-cluster://", "user", "s3cr3t-pw", "h1:7000,h2:7000/1")
+	f.Add("rediss-cluster://", "user", "s3cr3t-pw", "h1:7000,h2?x=1")
 	f.Fuzz(func(t *testing.T, prefix, user, pass, rest string) {
 		raw := prefix + user + ":" + pass + "@" + rest
 		around := prefix + user + ":" + "@" + rest

@@ -2,6 +2,7 @@ package redisx
 
 import (
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 )
@@ -41,8 +42,42 @@ func ValidateFeed(feed string) error {
 }
 
 // NewKeys returns the key names of a feed. The feed must pass ValidateFeed.
+// They are also the keys of a feed with one partition, and the feed-level
+// keys of a partitioned one (its meta hash records the partition count).
 func NewKeys(feed string) Keys {
 	return Keys{feed: feed, tag: "{" + feed + "}"}
+}
+
+// PartitionKeys returns the key names of partition p (0-based) of a feed
+// split in partitions > 1: the same layout under the hash tag {feed:p}, so
+// each partition's transactions stay in one slot of a Redis Cluster and
+// partitions spread over its nodes. With partitions <= 1 it is NewKeys.
+func PartitionKeys(feed string, p, partitions int) Keys {
+	if partitions <= 1 {
+		return NewKeys(feed)
+	}
+	return Keys{feed: feed, tag: "{" + feed + ":" + strconv.Itoa(p) + "}"}
+}
+
+// AllPartitionKeys returns the keys of every partition, in order.
+func AllPartitionKeys(feed string, partitions int) []Keys {
+	out := make([]Keys, max(partitions, 1))
+	for p := range out {
+		out[p] = PartitionKeys(feed, p, partitions)
+	}
+	return out
+}
+
+// Partition maps a shard to its partition: FNV-1a of "<uuid>/<shard>"
+// modulo partitions. It is part of the feed's contract (a partition's
+// stream carries the events of exactly its shards) and never changes.
+func Partition(indexUUID string, shard, partitions int) int {
+	if partitions <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write([]byte(CheckpointField(indexUUID, shard)))
+	return int(h.Sum32() % uint32(partitions))
 }
 
 // Feed is the feed name.

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/deletes"
 	"github.com/es-changefeed/es-changefeed/redisx"
@@ -121,9 +123,13 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) (bool, erro
 	type work struct {
 		shard   int
 		cp, gcp int64
+		primary es.ShardCheckpoints // the primary the gcp was read from
 	}
 	var todo []work
 	for _, sc := range st.Shards {
+		if !r.owns(st.UUID, sc.Shard) {
+			continue // another partition's
+		}
 		cp, ok := cur.cps[sc.Shard]
 		if !ok {
 			cp = -1
@@ -132,7 +138,7 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) (bool, erro
 		r.m.gcp.WithLabelValues(name, shard).Set(float64(sc.GlobalCheckpoint))
 		r.m.checkpoint.WithLabelValues(name, shard).Set(float64(cp))
 		if sc.GlobalCheckpoint > cp {
-			todo = append(todo, work{sc.Shard, cp, sc.GlobalCheckpoint})
+			todo = append(todo, work{sc.Shard, cp, sc.GlobalCheckpoint, sc})
 		}
 	}
 	progressed := len(todo) > 0
@@ -147,7 +153,7 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) (bool, erro
 			return false, err
 		}
 		for _, w := range todo {
-			if err := r.readShard(ctx, name, cur, w.shard, w.cp, w.gcp); err != nil {
+			if err := r.readShard(ctx, name, cur, w.shard, w.cp, w.gcp, w.primary); err != nil {
 				return true, err
 			}
 		}
@@ -168,8 +174,8 @@ func (r *Relay) scanDeletes(ctx context.Context, name string, st es.IndexStats, 
 	total := 0
 	for _, sc := range st.Shards {
 		cp, ok := cur.cps[sc.Shard]
-		if !ok {
-			continue // nothing read, nothing delivered
+		if !ok || !r.owns(cur.uuid, sc.Shard) {
+			continue // nothing read, nothing delivered (or another partition's)
 		}
 		origin, ok := cur.origins[sc.Shard]
 		if !ok {
@@ -248,7 +254,7 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 	}
 	if cur.fromNow && !cur.seen {
 		for _, sc := range st.Shards {
-			if _, ok := cur.cps[sc.Shard]; !ok && sc.GlobalCheckpoint >= 0 {
+			if _, ok := cur.cps[sc.Shard]; !ok && sc.GlobalCheckpoint >= 0 && r.owns(st.UUID, sc.Shard) {
 				id := checkpoint.ShardID{IndexUUID: st.UUID, Shard: sc.Shard}
 				batch.Checkpoints[id] = sc.GlobalCheckpoint
 				batch.Origins[id] = sc.GlobalCheckpoint
@@ -291,13 +297,17 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 // its events, delivered ids, gap count and new checkpoint in one
 // transaction. After the last page the checkpoint is the gcp even if no hit
 // has that seq no: deletes, superseded versions and no-ops consume seq nos
-// too.
-func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard int, cp, gcp int64) error {
+// too. primary is the primary the gcp was read from; each page is
+// committed only once it is settled (see settle).
+func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard int, cp, gcp int64, primary es.ShardCheckpoints) error {
 	id := checkpoint.ShardID{IndexUUID: cur.uuid, Shard: shard}
 	after := cp
 	for {
 		hits, err := r.cfg.ES.SearchShard(ctx, es.ShardPage{Index: name, Shard: shard, After: after, UpTo: gcp, Size: r.cfg.BatchSize})
 		if err != nil {
+			return err
+		}
+		if err := r.settle(ctx, name, shard, primary); err != nil {
 			return err
 		}
 		next := gcp
@@ -339,6 +349,71 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 			return nil
 		}
 		after = next
+	}
+}
+
+// settleTimeout bounds how long a page waits for the global checkpoint to
+// pass the ops its search may have seen above the window.
+const settleTimeout = 30 * time.Second
+
+// errPrimaryChanged: the shard's primary term rose while a page was read. The
+// page is dropped uncommitted and read again by the next round.
+var errPrimaryChanged = errors.New("the shard's primary changed while it was read")
+
+// settle returns once the page just searched may be committed: once the
+// primary's global checkpoint has reached the max seq no the primary reports
+// after the search, with the primary (term and node) the window's gcp was
+// read from.
+//
+// Why: the search sees the latest refreshed version of each document,
+// including versions written above the gcp. Such a version hides the older
+// one inside the window (an update or delete at seq 20 hides the document's
+// seq 16), so the page lacks seq 16 and the checkpoint moves past it. If a
+// failover then discards seq 20, seq 16 is the document's state again, below
+// the checkpoint: never delivered. Every op the search could see is at or
+// below the primary's max seq no read after it; once the gcp covers that,
+// on the same primary, none of them can be discarded any more, and what the
+// page missed was superseded for good. A failover in between (a higher
+// term, or the primary on another node: Elasticsearch may report the new
+// term only later) returns errPrimaryChanged and the page is read again.
+func (r *Relay) settle(ctx context.Context, name string, shard int, primary es.ShardCheckpoints) error {
+	read := func() (es.ShardCheckpoints, error) {
+		st, err := r.cfg.ES.Stats(ctx, []string{name})
+		if err != nil {
+			return es.ShardCheckpoints{}, err
+		}
+		sc, ok := st[name].Shard(shard)
+		if !ok {
+			return sc, fmt.Errorf("shard %d of %s: the primary is not started", shard, name)
+		}
+		return sc, nil
+	}
+	sc, err := read()
+	if err != nil {
+		return err
+	}
+	target := sc.MaxSeqNo
+	deadline := time.Now().Add(settleTimeout)
+	wait := 5 * time.Millisecond
+	for {
+		if sc.PrimaryTerm != primary.PrimaryTerm || sc.Node != primary.Node {
+			return fmt.Errorf("shard %d of %s: %w (primary term %d on node %s, then %d on %s): reading the page again",
+				shard, name, errPrimaryChanged, primary.PrimaryTerm, primary.Node, sc.PrimaryTerm, sc.Node)
+		}
+		if sc.GlobalCheckpoint >= target {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("shard %d of %s: the global checkpoint stayed at %d below the max seq no %d for %s: a replica is not keeping up",
+				shard, name, sc.GlobalCheckpoint, target, settleTimeout)
+		}
+		if !sleep(ctx, wait) {
+			return ctx.Err()
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+		if sc, err = read(); err != nil {
+			return err
+		}
 	}
 }
 
@@ -399,7 +474,10 @@ func (r *Relay) forgetOthers(ctx context.Context, name, keep string, cur *cursor
 				cps[id.Shard] = cp
 			}
 		}
-		g := deletes.Gone{UUID: uuid, Info: rec, Checkpoints: cps, PerDocument: r.cfg.Deletes != nil && !r.cfg.IndexDeletedEvent}
+		g := deletes.Gone{UUID: uuid, Info: rec, Checkpoints: cps, PerDocument: r.cfg.Deletes != nil && !r.cfg.IndexDeletedEvent,
+			// With partitions, the index_deleted event is the partition's
+			// that owns shard 0 (each partition drops its own state).
+			NoIndexEvent: !r.owns(uuid, 0)}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 		_, err := deletes.ForgetIndex(cctx, r.cfg.Store.Client(), r.cfg.Store.Keys(), r.cfg.Store, g, r.log)
 		cancel()
@@ -427,7 +505,17 @@ func upsertEvent(index, uuid string, shard int, target string, h es.Hit) redisx.
 // assignGeneration gives a uuid seen for the first time the next generation
 // of its index name, in the batch that records it (before any of its
 // events): a re-created index's documents then order after the old one's.
+//
+// With partitions the generation is assigned at once in the feed-level hash
+// (one uuid, one generation in every partition) by an idempotent script.
 func (r *Relay) assignGeneration(ctx context.Context, uuid, name string, b *checkpoint.Batch) error {
+	if r.cfg.Partitions > 1 {
+		key := redisx.NewKeys(r.cfg.Store.Keys().Feed()).Generations()
+		if err := assignScript.Run(ctx, r.cfg.Store.Client(), []string{key}, uuid, name).Err(); err != nil {
+			return fmt.Errorf("assign the generation of index uuid %s in %s: %w", uuid, key, err)
+		}
+		return nil
+	}
 	gen, assigned, err := r.cfg.Store.NextGeneration(ctx, uuid, name)
 	if err != nil || assigned {
 		return err
@@ -435,3 +523,13 @@ func (r *Relay) assignGeneration(ctx context.Context, uuid, name string, b *chec
 	b.Generations = map[string]int64{uuid: gen, "name:" + name: gen}
 	return nil
 }
+
+// assignScript gives an index uuid the next generation of its name in a
+// feed-level generations hash, unless it has one: KEYS[1] the hash, ARGV[1]
+// the uuid, ARGV[2] the index name. It returns the uuid's generation.
+var assignScript = redis.NewScript(`
+local g = redis.call('HGET', KEYS[1], ARGV[1])
+if g then return tonumber(g) end
+g = redis.call('HINCRBY', KEYS[1], 'name:' .. ARGV[2], 1)
+redis.call('HSET', KEYS[1], ARGV[1], g)
+return g`)

@@ -65,7 +65,8 @@ type Config struct {
 	Hidden bool
 	// Snapshot makes the relay start with a snapshot (resync): reset the
 	// feed's state, emit snapshot_start, every current document of the
-	// targets, snapshot_end with counts, then follow as usual.
+	// targets, snapshot_end with counts, then follow as usual. With
+	// Partitions, the partition's state, stream and shards only.
 	Snapshot bool
 	// SnapshotProgress, if set, is called after each page of a snapshot
 	// with the documents written and the total expected (a progress bar).
@@ -113,6 +114,21 @@ type Config struct {
 	IndexDeletedEvent bool
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Partitions, when > 1, makes this Relay follow only the shards of
+	// partition Partition (redisx.Partition(uuid, shard, Partitions) ==
+	// Partition); Store and Lease must then be the partition's
+	// (redisx.PartitionKeys). Generations are assigned in the feed-level
+	// hash (redisx.NewKeys(feed).Generations()), so an index uuid has the
+	// same generation in every partition, and an index that disappears
+	// ends with its single index_deleted event in the partition owning its
+	// shard 0. Default 0: one partition, every shard.
+	Partitions int
+	// Partition is the partition this Relay follows (0..Partitions-1).
+	Partition int
+	// ReturnOnLostLease makes Run return (redisx.ErrLeaseLost) when it
+	// cannot take the lease at once or loses it, instead of waiting as a
+	// standby: a partition manager decides what to do. Default false.
+	ReturnOnLostLease bool
 }
 
 // Validate names the first bad field.
@@ -134,6 +150,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("relay config: From = %q: want %q or %q", c.From, FromBeginning, FromNow)
 	case c.MinBackoff < 0 || c.MaxBackoff < 0 || (c.MaxBackoff > 0 && c.MaxBackoff < c.MinBackoff):
 		return fmt.Errorf("relay config: backoff %s..%s is not a range", c.MinBackoff, c.MaxBackoff)
+	case c.Partitions < 0 || c.Partitions > redisx.MaxPartitions:
+		return fmt.Errorf("relay config: Partitions = %d: want 1..%d", c.Partitions, redisx.MaxPartitions)
+	case c.Partition < 0 || (c.Partition > 0 && c.Partition >= c.Partitions):
+		return fmt.Errorf("relay config: Partition = %d: want 0..%d", c.Partition, max(c.Partitions, 1)-1)
 	}
 	seen := map[string]bool{}
 	for _, t := range c.Targets {
@@ -236,9 +256,23 @@ func New(cfg Config) (*Relay, error) {
 // another relay holds the lease, leads while it holds it, and goes back to
 // standby if it loses it. On cancellation it lets a commit in flight finish,
 // releases the lease and returns nil.
+//
+// With ReturnOnLostLease it does not wait: it returns redisx.ErrLeaseLost
+// when the lease is not free (or already its own) or is lost while leading.
 func (r *Relay) Run(ctx context.Context) error {
 	for {
-		if err := r.acquire(ctx); err != nil {
+		if r.cfg.ReturnOnLostLease {
+			ok, err := r.cfg.Lease.TryAcquire(ctx)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("%w: %s is held by another relay", redisx.ErrLeaseLost, r.cfg.Lease.Key())
+			}
+		} else if err := r.acquire(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -255,12 +289,24 @@ func (r *Relay) Run(ctx context.Context) error {
 			cancel()
 			return nil
 		}
+		if errors.Is(err, redisx.ErrLeaseLost) && r.cfg.ReturnOnLostLease {
+			return err
+		}
 		if errors.Is(err, redisx.ErrLeaseLost) {
 			r.log.Warn("lost the lease; waiting as standby to take it again", logErr, err)
 			continue
 		}
 		if errors.Is(err, checkpoint.ErrRolledBack) {
 			r.log.Warn("Redis lost changes this relay had committed: loading the feed's state again and reading them again from the cluster", logErr, err)
+			continue
+		}
+		if errors.Is(err, checkpoint.ErrNotReplicated) {
+			// A commit of the start-up (--wait-replicas) the replicas did
+			// not acknowledge: no replica yet after a failover. Start again.
+			r.log.Warn("a commit was not acknowledged by enough replicas; loading the feed's state again", logErr, err)
+			if !sleep(ctx, r.cfg.MinBackoff) {
+				return nil
+			}
 			continue
 		}
 		// Leave no lease behind for a standby to wait out (nor, if Redis
@@ -459,7 +505,7 @@ func (r *Relay) repair(ctx context.Context) error {
 	if err := r.commit(ctx, b); err != nil {
 		return err
 	}
-	r.log.Info("recorded the documents of the lost commits again, for delete scans", "commits", lost.Commits, "documents", docs)
+	r.log.Info("recorded the documents of the lost commits again, for delete scans", "commits", lost.Commits, "acknowledged", lost.Acknowledged, "documents", docs)
 	r.mu.Lock()
 	r.lost = checkpoint.RolledBack{}
 	r.mu.Unlock()
@@ -478,9 +524,22 @@ func (r *Relay) commit(ctx context.Context, b checkpoint.Batch) error {
 	return r.cfg.Store.Commit(cctx, b)
 }
 
+// owns reports whether a shard is this relay's to follow (its partition's).
+func (r *Relay) owns(uuid string, shard int) bool {
+	return r.cfg.Partitions <= 1 || redisx.Partition(uuid, shard, r.cfg.Partitions) == r.cfg.Partition
+}
+
 // Leading reports whether this relay holds the lease now (a standby does
 // not).
 func (r *Relay) Leading() bool { return r.leader.Load() }
+
+// Snapshotted reports whether the snapshot of a resync (Config.Snapshot)
+// is written.
+func (r *Relay) Snapshotted() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.snapshotted
+}
 
 // Paused reports whether backpressure pauses reading now.
 func (r *Relay) Paused() bool { return r.paused.Load() }

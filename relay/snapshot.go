@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -167,12 +168,47 @@ func (r *Relay) snapshotIndex(ctx context.Context, name, target string, prog *pr
 	}
 	var count int64
 	for _, sc := range st.Shards {
-		id := checkpoint.ShardID{IndexUUID: st.UUID, Shard: sc.Shard}
+		if !r.owns(st.UUID, sc.Shard) {
+			continue // another partition's
+		}
+		n, err := r.snapshotShard(ctx, name, target, st.UUID, sc, prog)
+		count += n
+		if err != nil {
+			return count, err
+		}
+	}
+	return count, nil
+}
+
+// snapshotAttempts bounds how often a shard's snapshot starts again because
+// its primary changed before anything of it was written.
+const snapshotAttempts = 5
+
+// snapshotShard writes every live document of one shard from one frozen
+// view, then the shard's checkpoint. sc is the primary read before the
+// refresh that preceded the view.
+//
+// The view may show versions written above the gcp, which a failover can
+// still discard (and an op above the gcp can hide the document's older
+// version at or below it). So before the first page is written the view is
+// settled: the gcp must reach the max seq no read after the view opened, on
+// the same primary. If the primary changed meanwhile, nothing of the shard
+// was written and its snapshot starts again from a new view.
+func (r *Relay) snapshotShard(ctx context.Context, name, target, uuid string, sc es.ShardCheckpoints, prog *progress) (int64, error) {
+	id := checkpoint.ShardID{IndexUUID: uuid, Shard: sc.Shard}
+	for attempt := 1; ; attempt++ {
+		settled := false
 		n, err := r.cfg.ES.SnapshotShard(ctx, name, sc.Shard, r.cfg.BatchSize, es.ListingAuto, func(hits []es.Hit) error {
+			if !settled {
+				if err := r.settle(ctx, name, sc.Shard, sc); err != nil {
+					return err
+				}
+				settled = true
+			}
 			b := checkpoint.Batch{Events: make([]redisx.Event, len(hits)), Delivered: map[checkpoint.ShardID][]checkpoint.Doc{}}
 			docs := make([]checkpoint.Doc, len(hits))
 			for i, h := range hits {
-				b.Events[i] = upsertEvent(name, st.UUID, sc.Shard, target, h)
+				b.Events[i] = upsertEvent(name, uuid, sc.Shard, target, h)
 				docs[i] = checkpoint.Doc{ID: h.ID, Routing: h.Routing}
 			}
 			b.Delivered[id] = docs
@@ -182,17 +218,43 @@ func (r *Relay) snapshotIndex(ctx context.Context, name, target string, prog *pr
 			prog.add(r, len(hits))
 			return nil
 		})
-		if err != nil {
-			return count, err
+		if err == nil && !settled {
+			// An empty view may hide documents too (a delete above the gcp).
+			if err = r.settle(ctx, name, sc.Shard, sc); err == nil {
+				settled = true
+			}
 		}
-		count += n
+		if errors.Is(err, errPrimaryChanged) && !settled && attempt < snapshotAttempts {
+			r.log.Warn("resync: the shard's primary changed before its snapshot was written; starting it again", logIndex, name, logShard, sc.Shard, logErr, err)
+			if sc, err = r.refreshedPrimary(ctx, name, sc.Shard); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
 		// The view may hold ops above the gcp read before it: they are read
 		// again by the rounds that follow, never missed.
 		if sc.GlobalCheckpoint >= 0 {
 			if err := r.commit(ctx, checkpoint.Batch{Checkpoints: map[checkpoint.ShardID]int64{id: sc.GlobalCheckpoint}}); err != nil {
-				return count, err
+				return n, err
 			}
 		}
+		return n, nil
 	}
-	return count, nil
+}
+
+// refreshedPrimary reads shard's primary, then refreshes the index, so a
+// view opened next holds every op at or below the gcp returned.
+func (r *Relay) refreshedPrimary(ctx context.Context, name string, shard int) (es.ShardCheckpoints, error) {
+	stats, err := r.cfg.ES.Stats(ctx, []string{name})
+	if err != nil {
+		return es.ShardCheckpoints{}, err
+	}
+	sc, ok := stats[name].Shard(shard)
+	if !ok {
+		return sc, fmt.Errorf("shard %d of %s: the primary is not started", shard, name)
+	}
+	return sc, r.cfg.ES.Refresh(ctx, name)
 }

@@ -72,7 +72,7 @@ func (r *Relay) groups(ctx context.Context) ([]groupState, error) {
 	stream := r.cfg.Store.Keys().Events()
 	infos, err := rdb.XInfoGroups(ctx, stream).Result()
 	if err != nil {
-		if redis.HasErrorPrefix(err, "ERR no such key") {
+		if redis.HasErrorPrefix(err, "no such key") { // HasErrorPrefix drops the reply's "ERR "
 			return nil, nil
 		}
 		return nil, fmt.Errorf("XINFO GROUPS %s: %w", stream, err)

@@ -3,6 +3,7 @@ package es
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -18,6 +19,87 @@ type Info struct {
 	ClusterUUID  string
 	Version      string
 	Distribution string // "elasticsearch" or "opensearch"
+	// BuildFlavor is Elasticsearch's version.build_flavor: "default", or
+	// "oss" for the Apache-licensed builds up to 7.10.2 (no point in time).
+	BuildFlavor string
+	Tagline     string
+	// CompatibilityMode marks OpenSearch 1.x/2.x with
+	// compatibility.override_main_response_version: it reports version
+	// 7.10.2 and no version.distribution, and only its tagline (or the
+	// missing build_flavor) gives it away. Its real version is unknown.
+	CompatibilityMode bool
+}
+
+// Minimum versions: the relay needs _resolve/index (ES 7.9, OpenSearch 1.0)
+// and point in time or scroll with seq_no_primary_term and _seq_no ranges
+// at shard level; ES 7.10 is the first with point in time.
+const (
+	MinElasticsearch = "7.10.0"
+	MinOpenSearch    = "1.0.0"
+)
+
+// ErrUnsupportedVersion marks a cluster older than the relay supports.
+var ErrUnsupportedVersion = errors.New("unsupported version")
+
+// Product is "Elasticsearch" or "OpenSearch".
+func (i Info) Product() string {
+	if i.Distribution == "opensearch" {
+		return "OpenSearch"
+	}
+	return "Elasticsearch"
+}
+
+// String is e.g. "Elasticsearch 8.19.2" or "OpenSearch (compatibility mode:
+// reports 7.10.2)".
+func (i Info) String() string {
+	if i.CompatibilityMode {
+		return fmt.Sprintf("OpenSearch (compatibility mode: reports version %s)", i.Version)
+	}
+	return i.Product() + " " + i.Version
+}
+
+// CheckSupported refuses Elasticsearch before 7.10 and OpenSearch before 1.0
+// with an error naming the version found and the minimum.
+func (i Info) CheckSupported() error {
+	if i.CompatibilityMode {
+		return nil // OpenSearch 1.x or 2.x: both supported
+	}
+	minimum := MinElasticsearch
+	if i.Distribution == "opensearch" {
+		minimum = MinOpenSearch
+	}
+	if compareVersions(i.Version, minimum) < 0 {
+		return fmt.Errorf("%w: the cluster is %s %s, and es-changefeed needs %s %s or later (point in time, _resolve/index, _seq_no at shard level): upgrade the cluster",
+			ErrUnsupportedVersion, i.Product(), i.Version, i.Product(), minimum)
+	}
+	return nil
+}
+
+// compareVersions compares the numeric major.minor.patch of two versions
+// ("7.10.2", "8.0.0-rc1", "1.0.0-SNAPSHOT").
+func compareVersions(a, b string) int {
+	pa, pb := versionNumbers(a), versionNumbers(b)
+	for k := range pa {
+		if pa[k] != pb[k] {
+			if pa[k] < pb[k] {
+				return -1
+			}
+			return 1
+		}
+	}
+	return 0
+}
+
+func versionNumbers(v string) [3]int {
+	var out [3]int
+	for k, p := range strings.SplitN(v, ".", 3) {
+		end := 0
+		for end < len(p) && p[end] >= '0' && p[end] <= '9' {
+			end++
+		}
+		out[k], _ = strconv.Atoi(p[:end])
+	}
+	return out
 }
 
 // Info reads the root endpoint. It is the cheapest proof that the cluster is
@@ -30,7 +112,9 @@ func (c *Client) Info(ctx context.Context) (Info, error) {
 		Version     struct {
 			Number       string `json:"number"`
 			Distribution string `json:"distribution"`
+			BuildFlavor  string `json:"build_flavor"`
 		} `json:"version"`
+		Tagline string `json:"tagline"`
 	}
 	if err := c.do(ctx, "read cluster info (GET /)", http.MethodGet, "/", nil, &r); err != nil {
 		return Info{}, err
@@ -38,11 +122,23 @@ func (c *Client) Info(ctx context.Context) (Info, error) {
 	if r.Version.Number == "" {
 		return Info{}, &Error{Op: "read cluster info (GET /)", Status: 200, Reason: "no version.number in the answer: is this Elasticsearch or OpenSearch?", Err: ErrMalformed}
 	}
-	d := r.Version.Distribution
-	if d == "" {
-		d = "elasticsearch"
+	info := Info{Name: r.Name, ClusterName: r.ClusterName, ClusterUUID: r.ClusterUUID, Version: r.Version.Number,
+		Distribution: r.Version.Distribution, BuildFlavor: r.Version.BuildFlavor, Tagline: r.Tagline}
+	switch {
+	case info.Distribution != "":
+		// OpenSearch ("opensearch"); Elasticsearch has no such field. An
+		// OpenSearch version 7.x is the compatibility override (OpenSearch
+		// 1.0's first take on it kept the distribution).
+		info.CompatibilityMode = versionNumbers(info.Version)[0] == 7
+	case strings.Contains(strings.ToLower(r.Tagline), "opensearch"),
+		// Amazon OpenSearch Service in compatibility mode may hide the
+		// tagline too; Elasticsearch 7.x always reports a build_flavor.
+		r.Version.Number == "7.10.2" && r.Version.BuildFlavor == "" && r.Tagline != "You Know, for Search":
+		info.Distribution = "opensearch"
+		info.CompatibilityMode = true
+	default:
+		info.Distribution = "elasticsearch"
 	}
-	info := Info{Name: r.Name, ClusterName: r.ClusterName, ClusterUUID: r.ClusterUUID, Version: r.Version.Number, Distribution: d}
 	c.mu.Lock()
 	c.info = info
 	c.mu.Unlock()
@@ -56,8 +152,13 @@ type ShardCheckpoints struct {
 	LocalCheckpoint  int64
 	MaxSeqNo         int64
 	// PrimaryTerm (from retention_leases) rises with every failover; 0 when
-	// the cluster does not report it.
+	// the cluster does not report it. Elasticsearch records it when the
+	// retention leases next change, which may be a while after a promotion:
+	// compare Node too.
 	PrimaryTerm int64
+	// Node is the id of the node holding the primary: a failover promotes a
+	// copy on another node.
+	Node string
 }
 
 // IndexStats are the primaries' checkpoints of one index. Shards whose
@@ -81,6 +182,7 @@ func (c *Client) Stats(ctx context.Context, indices []string) (map[string]IndexS
 				Routing struct {
 					State   string `json:"state"`
 					Primary bool   `json:"primary"`
+					Node    string `json:"node"`
 				} `json:"routing"`
 				SeqNo *struct {
 					MaxSeqNo         int64 `json:"max_seq_no"`
@@ -119,7 +221,7 @@ func (c *Client) Stats(ctx context.Context, indices []string) (map[string]IndexS
 					return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("shard %d of %s has no seq_no stats", n, name), Err: ErrMalformed}
 				}
 				st.Shards = append(st.Shards, ShardCheckpoints{Shard: n, GlobalCheckpoint: cp.SeqNo.GlobalCheckpoint,
-					LocalCheckpoint: cp.SeqNo.LocalCheckpoint, MaxSeqNo: cp.SeqNo.MaxSeqNo, PrimaryTerm: cp.RetentionLeases.PrimaryTerm})
+					LocalCheckpoint: cp.SeqNo.LocalCheckpoint, MaxSeqNo: cp.SeqNo.MaxSeqNo, PrimaryTerm: cp.RetentionLeases.PrimaryTerm, Node: cp.Routing.Node})
 			}
 		}
 		sort.Slice(st.Shards, func(i, j int) bool { return st.Shards[i].Shard < st.Shards[j].Shard })

@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,6 +52,39 @@ type Config struct {
 	CACertPEM []byte
 	// InsecureSkipVerify accepts any server certificate. Default false.
 	InsecureSkipVerify bool
+	// ClientCertPEM and ClientKeyPEM are a client certificate and its
+	// private key, presented to clusters that ask for one (mutual TLS).
+	// Both or neither. Default: none.
+	ClientCertPEM []byte
+	ClientKeyPEM  []byte
+	// APIKey is an Elasticsearch API key, sent as "Authorization: ApiKey
+	// <APIKey>": the encoded form base64(id:key) (see EncodeAPIKey). Not
+	// together with Username. Default: none.
+	APIKey string
+}
+
+// EncodeAPIKey accepts an API key as Elasticsearch hands it out (the
+// "encoded" field: base64 of "id:key") or as "id:key", and returns the
+// encoded form. Errors never quote the key.
+func EncodeAPIKey(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return "", fmt.Errorf("the API key is empty")
+	}
+	if id, key, ok := strings.Cut(s, ":"); ok {
+		if id == "" || key == "" {
+			return "", fmt.Errorf("the API key has the form id:key but its id or key is empty")
+		}
+		return base64.StdEncoding.EncodeToString([]byte(s)), nil
+	}
+	raw, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		raw, err = base64.RawStdEncoding.DecodeString(s)
+	}
+	if err != nil || !strings.Contains(string(raw), ":") {
+		return "", fmt.Errorf("the API key (%d characters) is neither id:key nor the encoded form base64(id:key) that Elasticsearch returns in the \"encoded\" field", len(s))
+	}
+	return base64.StdEncoding.EncodeToString(raw), nil
 }
 
 // Validate names the first bad URL or setting.
@@ -66,8 +100,24 @@ func (c Config) Validate() error {
 	if c.InsecureSkipVerify && len(c.CACertPEM) > 0 {
 		return fmt.Errorf("es config: CACertPEM and InsecureSkipVerify are both set: verify with the CA, or skip verification, not both")
 	}
-	if c.Transport != nil && (c.InsecureSkipVerify || len(c.CACertPEM) > 0) {
-		return fmt.Errorf("es config: CACertPEM/InsecureSkipVerify apply to the default transport: set them on Transport instead")
+	if c.Transport != nil && (c.InsecureSkipVerify || len(c.CACertPEM) > 0 || len(c.ClientCertPEM) > 0) {
+		return fmt.Errorf("es config: CACertPEM/InsecureSkipVerify/ClientCertPEM apply to the default transport: set them on Transport instead")
+	}
+	if c.APIKey != "" && c.Username != "" {
+		return fmt.Errorf("es config: APIKey and Username are both set: authenticate with an API key or a user, not both")
+	}
+	if c.APIKey != "" {
+		if _, err := EncodeAPIKey(c.APIKey); err != nil {
+			return fmt.Errorf("es config: APIKey: %w", err)
+		}
+	}
+	if (len(c.ClientCertPEM) > 0) != (len(c.ClientKeyPEM) > 0) {
+		return fmt.Errorf("es config: ClientCertPEM and ClientKeyPEM go together: set both (certificate and private key) or neither")
+	}
+	if len(c.ClientCertPEM) > 0 {
+		if _, err := tls.X509KeyPair(c.ClientCertPEM, c.ClientKeyPEM); err != nil {
+			return fmt.Errorf("es config: client certificate and key: %w", err)
+		}
 	}
 	if len(c.CACertPEM) > 0 {
 		if _, err := certPool(c.CACertPEM); err != nil {
@@ -88,7 +138,7 @@ func certPool(pemData []byte) (*x509.CertPool, error) {
 
 // transport builds the default transport with the TLS settings.
 func (c Config) transport() (http.RoundTripper, error) {
-	if c.Transport != nil || (len(c.CACertPEM) == 0 && !c.InsecureSkipVerify) {
+	if c.Transport != nil || (len(c.CACertPEM) == 0 && !c.InsecureSkipVerify && len(c.ClientCertPEM) == 0) {
 		return c.Transport, nil
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
@@ -99,6 +149,13 @@ func (c Config) transport() (http.RoundTripper, error) {
 			return nil, err
 		}
 		tc.RootCAs = pool
+	}
+	if len(c.ClientCertPEM) > 0 {
+		cert, err := tls.X509KeyPair(c.ClientCertPEM, c.ClientKeyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("es config: client certificate and key: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
 	}
 	t.TLSClientConfig = tc
 	return t, nil
@@ -155,7 +212,8 @@ type Client struct {
 	timeout time.Duration
 	urls    []string
 
-	rawURLs []string // as configured, for the TLS probe
+	rawURLs       []string // as configured, for the TLS probe
+	hasClientCert bool
 
 	mu   sync.Mutex
 	info Info // from the last Info call: decides PIT paths
@@ -172,15 +230,38 @@ func New(cfg Config) (*Client, error) {
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
+	if cfg.Username == "" && cfg.Password != "" {
+		// A user in the URL, the password given apart (from a file or the
+		// environment, out of ps and logs).
+		// The client would take the URL's user with an empty password.
+		urls := make([]string, len(cfg.URLs))
+		for i, raw := range cfg.URLs {
+			urls[i] = raw
+			if u, err := url.Parse(raw); err == nil && u.User != nil {
+				if cfg.Username == "" {
+					cfg.Username = u.User.Username()
+				}
+				u.User = nil
+				urls[i] = u.String()
+			}
+		}
+		cfg.URLs = urls
+	}
 	tr, err := cfg.transport()
 	if err != nil {
 		return nil, err
+	}
+	var header http.Header
+	if cfg.APIKey != "" {
+		key, _ := EncodeAPIKey(cfg.APIKey) // checked by Validate
+		header = http.Header{"Authorization": {"ApiKey " + key}}
 	}
 	discover := false
 	c, err := opensearch.NewClient(opensearch.Config{
 		Addresses:             cfg.URLs,
 		Username:              cfg.Username,
 		Password:              cfg.Password,
+		Header:                header,
 		Transport:             tr,
 		DisableRetry:          true, // the relay retries whole rounds itself
 		DiscoverNodesOnStart:  &discover,
@@ -194,7 +275,7 @@ func New(cfg Config) (*Client, error) {
 	for i, u := range cfg.URLs {
 		urls[i] = redactURL(u)
 	}
-	return &Client{os: c, timeout: cfg.RequestTimeout, urls: urls, rawURLs: cfg.URLs}, nil
+	return &Client{os: c, timeout: cfg.RequestTimeout, urls: urls, rawURLs: cfg.URLs, hasClientCert: len(cfg.ClientCertPEM) > 0}, nil
 }
 
 // URLs are the cluster addresses (passwords masked), for messages.
@@ -295,7 +376,9 @@ func (c *Client) explainTransport(err error) error {
 	var ci x509.CertificateInvalidError
 	switch {
 	case errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci):
-		return &TLSError{URLs: c.URLs(), Problem: TLSUntrusted, Err: err}
+		return &TLSError{URLs: c.URLs(), Problem: TLSUntrusted, Detail: certProblem(err), Err: err}
+	case errors.As(err, &oe) && oe.Op == "remote error" && clientCertAlert(oe.Err):
+		return &TLSError{URLs: c.URLs(), Problem: TLSClientCertRejected, Detail: c.clientCertProblem(oe.Err), Err: err}
 	case errors.As(err, &rh):
 		return &TLSError{URLs: c.URLs(), Problem: TLSNotTLS, Err: err}
 	case errors.As(err, &oe) && oe.Op == "dial":
@@ -345,7 +428,76 @@ const (
 	TLSNotTLS
 	// TLSRequired: an http:// URL whose server speaks only TLS.
 	TLSRequired
+	// TLSClientCertRejected: the server asked for a client certificate and
+	// got none, or one it does not trust.
+	TLSClientCertRejected
 )
+
+// certProblem says in words why a server certificate failed verification:
+// when it expired, which names it is valid for, who signed it.
+func certProblem(err error) string {
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
+	switch {
+	case errors.As(err, &ci) && ci.Reason == x509.Expired && ci.Cert != nil:
+		now := time.Now().UTC()
+		if now.Before(ci.Cert.NotBefore) {
+			return fmt.Sprintf("the certificate is not valid yet: valid from %s (check the clocks)", ci.Cert.NotBefore.UTC().Format(time.RFC3339))
+		}
+		return fmt.Sprintf("the certificate expired on %s", ci.Cert.NotAfter.UTC().Format(time.RFC3339))
+	case errors.As(err, &he) && he.Certificate != nil:
+		return fmt.Sprintf("the certificate is for %s, not %s", certNames(he.Certificate), he.Host)
+	case errors.As(err, &ua):
+		if ua.Cert != nil {
+			return fmt.Sprintf("the certificate is signed by %q, an authority not among the trusted ones", ua.Cert.Issuer.String())
+		}
+		return "the certificate is signed by an unknown authority"
+	}
+	return ""
+}
+
+// certNames lists the names and addresses a certificate is valid for.
+func certNames(c *x509.Certificate) string {
+	var names []string
+	names = append(names, c.DNSNames...)
+	for _, ip := range c.IPAddresses {
+		names = append(names, ip.String())
+	}
+	if len(names) == 0 {
+		if c.Subject.CommonName != "" {
+			return fmt.Sprintf("no host name (only the legacy common name %q, which is not checked)", c.Subject.CommonName)
+		}
+		return "no host name at all"
+	}
+	return strings.Join(names, ", ")
+}
+
+// clientCertAlerts are the TLS alerts a server sends about the client's
+// certificate, as crypto/tls words them (its alert type is unexported, and
+// a remote alert arrives as a *net.OpError with Op "remote error").
+var clientCertAlerts = map[string]bool{
+	"tls: certificate required":          true, // 116: none sent
+	"tls: bad certificate":               true, // 42
+	"tls: unsupported certificate":       true, // 43
+	"tls: revoked certificate":           true, // 44
+	"tls: expired certificate":           true, // 45
+	"tls: unknown certificate":           true, // 46
+	"tls: unknown certificate authority": true, // 48
+}
+
+func clientCertAlert(err error) bool { return err != nil && clientCertAlerts[err.Error()] }
+
+func (c *Client) clientCertProblem(alert error) string {
+	switch {
+	case !c.hasClientCert:
+		return "the cluster requires a client certificate and none is configured"
+	case alert.Error() == "tls: certificate required":
+		// Go sends a certificate only if a CA the server named signed it.
+		return "the cluster requires a client certificate signed by a CA it trusts, and the configured one is not (so none was sent)"
+	}
+	return fmt.Sprintf("the cluster refused the client certificate (%v)", alert)
+}
 
 // TLSError is a connection that failed for TLS reasons. It is the Err of
 // an *Error.
@@ -353,13 +505,21 @@ type TLSError struct {
 	// URLs are the addresses concerned, passwords masked.
 	URLs    string
 	Problem TLSProblem
-	Err     error
+	// Detail says why in words, e.g. "the certificate expired on …"
+	// (may be empty).
+	Detail string
+	Err    error
 }
 
 func (e *TLSError) Error() string {
 	switch e.Problem {
 	case TLSUntrusted:
+		if e.Detail != "" {
+			return fmt.Sprintf("the TLS certificate of %s is not trusted: %s (%v)", e.URLs, e.Detail, e.Err)
+		}
 		return fmt.Sprintf("the TLS certificate of %s is not trusted: %v", e.URLs, e.Err)
+	case TLSClientCertRejected:
+		return fmt.Sprintf("TLS with %s failed: %s (%v)", e.URLs, e.Detail, e.Err)
 	case TLSNotTLS:
 		return fmt.Sprintf("%s does not speak TLS, it answers in plain HTTP (%v)", e.URLs, e.Err)
 	case TLSRequired:

@@ -184,20 +184,7 @@ func TestClient_TLSErrors(t *testing.T) {
 		{"https to plain HTTP", Config{URLs: []string{"https://" + strings.TrimPrefix(plain.URL, "http://")}}, TLSNotTLS},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := New(tt.cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = c.Info(context.Background())
-			var te *TLSError
-			switch {
-			case tt.problem == 0 && err != nil:
-				t.Fatalf("Info = %v", err)
-			case tt.problem != 0 && (!errors.As(err, &te) || te.Problem != tt.problem):
-				t.Fatalf("Info = %v, want a TLSError with problem %d", err, tt.problem)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { infoTLSProblem(t, tt.cfg, tt.problem) })
 	}
 	t.Run("config", func(t *testing.T) {
 		for _, cfg := range []Config{

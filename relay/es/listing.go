@@ -148,6 +148,10 @@ func (c *Client) listingMethod() string {
 	c.mu.Unlock()
 	major, minor := versionParts(info.Version)
 	switch {
+	case info.CompatibilityMode || info.BuildFlavor == "oss":
+		// OpenSearch hiding its version (1.x has no PIT), or an
+		// Elasticsearch OSS build (PIT is in X-Pack): scroll always works.
+		return ListingScroll
 	case info.Distribution == "opensearch" && (major > 2 || (major == 2 && minor >= 4)):
 		return ListingPIT
 	case info.Distribution != "opensearch" && (major > 7 || (major == 7 && minor >= 10)):

@@ -37,6 +37,10 @@ type Sources struct {
 	// MaxLag is the health threshold of shard and group lags. Default
 	// DefaultMaxLag.
 	MaxLag int64
+	// Partition and Partitions: with Partitions > 1, Keys are partition
+	// Partition's (redisx.PartitionKeys) and only the shards that map to it
+	// (redisx.Partition) are listed. Default 0 and 0: the whole feed.
+	Partition, Partitions int
 }
 
 // Report is the state of one feed at one moment.
@@ -171,7 +175,7 @@ func Gather(ctx context.Context, src Sources) (Report, error) {
 	// Stream.
 	info, err := rdb.XInfoStream(ctx, k.Events()).Result()
 	switch {
-	case err != nil && redis.HasErrorPrefix(err, "ERR no such key"):
+	case err != nil && redis.HasErrorPrefix(err, "no such key"): // HasErrorPrefix drops the reply's "ERR "
 	case err != nil:
 		return r, fmt.Errorf("XINFO STREAM %s: %w", k.Events(), err)
 	default:
@@ -251,6 +255,9 @@ func Gather(ctx context.Context, src Sources) (Report, error) {
 			ix.Missing = true
 		}
 		for n := 0; n < info.Shards; n++ {
+			if src.Partitions > 1 && redisx.Partition(uuid, n, src.Partitions) != src.Partition {
+				continue // another partition's shard
+			}
 			id := checkpoint.ShardID{IndexUUID: uuid, Shard: n}
 			cp, ok := state.Checkpoints[id]
 			if !ok {

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -348,29 +347,11 @@ func TestCLI_TLS(t *testing.T) {
 		want[id] = src
 	}
 	srv := redistest.Start(t)
-	rdb := srv.Client(t)
 	follow := func(t *testing.T, feedName string, tlsArgs ...string) *proc {
 		args := append([]string{"run", "--es", c.URL(), "--es-user", "elastic", "--es-password", "s3cret", "--redis", srv.URL(),
 			"--feed", feedName, "--index", "secure", "--poll-interval", "20ms"}, tlsArgs...)
 		p := startBinary(t, args...)
-		stream := redisx.NewKeys(feedName).Events()
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			if n, _ := rdb.XLen(context.Background(), stream).Result(); n >= int64(len(want)) {
-				break
-			}
-			if time.Now().After(deadline) || p.cmd.ProcessState != nil {
-				t.Fatalf("the relay did not mirror %d documents over TLS:\n%s", len(want), p.out)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		got := map[string]string{}
-		for _, e := range entries(t, rdb, stream) {
-			got[e.ID] = string(e.Source)
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("stream %v, want %v", got, want)
-		}
+		waitMirrored(t, p, srv, feedName, want)
 		return p
 	}
 	t.Run("--es-ca-cert", func(t *testing.T) {

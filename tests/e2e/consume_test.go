@@ -152,23 +152,24 @@ func TestConsume_RedisCliConsumer(t *testing.T) {
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		t.Fatal("redis-cli not found: install redis-server (it brings redis-cli)")
 	}
-	c := cluster(t, esemu.Config{})
-	createIndex(t, c, "cli", 2, 0)
+	c := esCluster(t, esemu.Config{})
+	ix := c.Index("cli")
+	createIndex(t, c, ix, 2, 0)
 	srv := redistest.Start(t)
-	f := startRelayDeletes(t, c, srv.URL(), "clifeed", []string{"cli"}, func(*deletes.Config) {}, nil)
+	f := startRelayDeletes(t, c, srv.URL(), "clifeed", []string{ix}, func(*deletes.Config) {}, nil)
 	for i := 0; i < 30; i++ {
 		q := ""
 		if i%4 == 0 {
 			q = "?routing=r1"
 		}
-		mustDo(t, "PUT", fmt.Sprintf("%s/cli/_doc/doc%d%s", c.URL(), i, q), fmt.Sprintf(`{"n":%d,"text":"a b c"}`, i))
+		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/doc%d%s", c.URL(), ix, i, q), fmt.Sprintf(`{"n":%d,"text":"a b c"}`, i))
 	}
 	for i := 0; i < 30; i += 5 {
-		mustDo(t, "PUT", fmt.Sprintf("%s/cli/_doc/doc%d", c.URL(), i), `{"updated":true}`)
+		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/doc%d", c.URL(), ix, i), `{"updated":true}`)
 	}
-	waitCaughtUp(t, c, f.store, []string{"cli"}, 10*time.Second)
-	mustDo(t, "DELETE", c.URL()+"/cli/_doc/doc3", "")
-	waitMirror(t, c, f, "cli", 10*time.Second)
+	waitCaughtUp(t, c, f.store, []string{ix}, 10*time.Second)
+	mustDo(t, "DELETE", c.URL()+"/"+ix+"/_doc/doc3", "")
+	waitMirror(t, c, f, ix, 10*time.Second)
 
 	script := filepath.Join(t.TempDir(), "consumer.sh")
 	out := filepath.Join(t.TempDir(), "seen.txt")
@@ -222,16 +223,17 @@ done
 // TestConsume_StdoutAndSIGTERM: consume --sink stdout prints the seed's JSON
 // lines; SIGTERM stops it with exit 0 and nothing left pending.
 func TestConsume_StdoutAndSIGTERM(t *testing.T) {
-	c := cluster(t, esemu.Config{})
-	createIndex(t, c, "printed", 1, 0)
+	c := esCluster(t, esemu.Config{})
+	ix := c.Index("printed")
+	createIndex(t, c, ix, 1, 0)
 	srv := redistest.Start(t)
-	f := startRelay(t, c, srv.URL(), "printed", []string{"printed"}, nil)
-	mustDo(t, "PUT", c.URL()+"/printed/_doc/1", `{"title":"first"}`)
-	mustDo(t, "PUT", c.URL()+"/printed/_doc/1", `{"title":"edited"}`)
-	waitCaughtUp(t, c, f.store, []string{"printed"}, 10*time.Second)
+	f := startRelay(t, c, srv.URL(), "printed", []string{ix}, nil)
+	mustDo(t, "PUT", c.URL()+"/"+ix+"/_doc/1", `{"title":"first"}`)
+	mustDo(t, "PUT", c.URL()+"/"+ix+"/_doc/1", `{"title":"edited"}`)
+	waitCaughtUp(t, c, f.store, []string{ix}, 10*time.Second)
 	p := startBinary(t, "consume", "--redis", srv.URL(), "--feed", "printed", "--group", "print", "--sink", "stdout", "--log-level", "error")
-	uuid := indexUUID(t, c, "printed")
-	want := fmt.Sprintf(`{"op":"upsert","index":"printed","index_uuid":"%s","shard":0,"id":"1","seq_no":1,"primary_term":1,"version":2,"source":{"title":"edited"}}`, uuid)
+	uuid := indexUUID(t, c, ix)
+	want := fmt.Sprintf(`{"op":"upsert","index":"%s","index_uuid":"%s","shard":0,"id":"1","seq_no":1,"primary_term":1,"version":2,"source":{"title":"edited"}}`, ix, uuid)
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(p.out.String(), want) && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)

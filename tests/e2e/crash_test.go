@@ -65,9 +65,10 @@ func (p *proc) kill() {
 	_ = p.cmd.Wait()
 }
 
-func relayArgs(c *esemu.Cluster, redisURL, feed, index string, extra ...string) []string {
-	return append([]string{"run", "--es", c.URL(), "--redis", redisURL, "--feed", feed, "--index", index,
-		"--poll-interval", "20ms", "--batch-size", "50", "--lease-ttl", "500ms"}, extra...)
+func relayArgs(c backend, redisURL, feed, index string, extra ...string) []string {
+	args := append([]string{"run"}, inspect(c).cliArgs()...)
+	return append(append(args, "--redis", redisURL, "--feed", feed, "--index", index,
+		"--poll-interval", "20ms", "--batch-size", "50", "--lease-ttl", "500ms"), extra...)
 }
 
 func storeFor(tb testing.TB, srv *redistest.Server, feedName string) *checkpoint.Store {
@@ -97,17 +98,18 @@ func waitHolder(tb testing.TB, get func(context.Context, string) *redis.StringCm
 // TestCLI_SIGTERMReleasesTheLease: SIGTERM lets the relay finish, release
 // the lease (so a standby can take over at once) and exit 0.
 func TestCLI_SIGTERMReleasesTheLease(t *testing.T) {
-	c := cluster(t, esemu.Config{})
-	createIndex(t, c, "graceful", 1, 0)
+	c := esCluster(t, esemu.Config{})
+	ix := c.Index("graceful")
+	createIndex(t, c, ix, 1, 0)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	keys := redisx.NewKeys("graceful")
-	p := startBinary(t, relayArgs(c, srv.URL(), "graceful", "graceful", "--lease-ttl", "1m")...)
+	p := startBinary(t, relayArgs(c, srv.URL(), "graceful", ix, "--lease-ttl", "1m")...)
 	waitHolder(t, rdb.Get, keys.Lease(), "", 5*time.Second)
 	for i := 0; i < 10; i++ {
-		mustDo(t, "PUT", fmt.Sprintf("%s/graceful/_doc/%d", c.URL(), i), `{}`)
+		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/%d", c.URL(), ix, i), `{}`)
 	}
-	waitCaughtUp(t, c, storeFor(t, srv, "graceful"), []string{"graceful"}, 10*time.Second)
+	waitCaughtUp(t, c, storeFor(t, srv, "graceful"), []string{ix}, 10*time.Second)
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
 	go func() { done <- p.cmd.Wait() }()

@@ -26,7 +26,6 @@ import (
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay"
 	"github.com/es-changefeed/es-changefeed/relay/es"
-	"github.com/es-changefeed/es-changefeed/tests/esemu"
 )
 
 // binaryPath is the es-changefeed binary built once for the package.
@@ -58,17 +57,6 @@ func binary(tb testing.TB) string {
 	return binPath
 }
 
-// cluster starts an emulator closed at the end of the test.
-func cluster(tb testing.TB, cfg esemu.Config) *esemu.Cluster {
-	tb.Helper()
-	c, err := esemu.New(cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { c.Close() })
-	return c
-}
-
 // httpDo sends a JSON request and returns status and body.
 func httpDo(tb testing.TB, method, url, body string) (int, []byte) {
 	tb.Helper()
@@ -85,7 +73,7 @@ func httpDo(tb testing.TB, method, url, body string) (int, []byte) {
 		ct = "application/x-ndjson"
 	}
 	req.Header.Set("Content-Type", ct)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := requestClient(req).Do(req)
 	if err != nil {
 		tb.Fatalf("%s %s: %v", method, url, err)
 	}
@@ -103,7 +91,7 @@ func mustDo(tb testing.TB, method, url, body string) []byte {
 	return b
 }
 
-func createIndex(tb testing.TB, c *esemu.Cluster, name string, shards, replicas int) {
+func createIndex(tb testing.TB, c backend, name string, shards, replicas int) {
 	tb.Helper()
 	mustDo(tb, "PUT", c.URL()+"/"+name, fmt.Sprintf(`{"settings":{"number_of_shards":%d,"number_of_replicas":%d}}`, shards, replicas))
 }
@@ -122,14 +110,14 @@ type feed struct {
 }
 
 // startRelay runs a relay in-process until the test ends (or f.halt).
-func startRelay(tb testing.TB, c *esemu.Cluster, redisURL, feedName string, indices []string, mod func(*relay.Config)) *feed {
+func startRelay(tb testing.TB, c backend, redisURL, feedName string, indices []string, mod func(*relay.Config)) *feed {
 	tb.Helper()
 	return startRelayDeletes(tb, c, redisURL, feedName, indices, nil, mod)
 }
 
 // startRelayDeletes is startRelay with delete detection when dmod is not
 // nil (it may adjust the scanner's config; the interval defaults to 100ms).
-func startRelayDeletes(tb testing.TB, c *esemu.Cluster, redisURL, feedName string, indices []string, dmod func(*deletes.Config), mod func(*relay.Config)) *feed {
+func startRelayDeletes(tb testing.TB, c backend, redisURL, feedName string, indices []string, dmod func(*deletes.Config), mod func(*relay.Config)) *feed {
 	tb.Helper()
 	opt, err := redis.ParseURL(redisURL)
 	if err != nil {
@@ -146,7 +134,7 @@ func startRelayDeletes(tb testing.TB, c *esemu.Cluster, redisURL, feedName strin
 	if err != nil {
 		tb.Fatal(err)
 	}
-	client, err := es.New(es.Config{URLs: []string{c.URL()}})
+	client, err := es.New(inspect(c).esConfig())
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -252,37 +240,12 @@ func replay(evs []redisx.Event) map[docKey]doc {
 
 // clusterDocs returns the documents of an index: the primaries' views after
 // a refresh.
-func clusterDocs(tb testing.TB, c *esemu.Cluster, index string) map[docKey]doc {
+func clusterDocs(tb testing.TB, c backend, index string) map[docKey]doc {
 	tb.Helper()
-	mustDo(tb, "POST", c.URL()+"/"+index+"/_refresh", "")
-	uuid := indexUUID(tb, c, index)
-	out := map[docKey]doc{}
-	for n := 0; ; n++ {
-		st, err := c.ShardState(index, n)
-		if err != nil {
-			break
-		}
-		primary := -1
-		for i, cp := range st.Copies {
-			if cp.Primary && cp.Started {
-				primary = i
-			}
-		}
-		if primary < 0 {
-			tb.Fatalf("shard %d of %s has no started primary", n, index)
-		}
-		vis, err := c.VisibleDocs(index, n, primary)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		for _, d := range vis {
-			out[docKey{uuid, n, d.ID}] = doc{routing: d.Routing, seq: d.SeqNo, source: compact(d.Source)}
-		}
-	}
-	return out
+	return inspect(c).docs(tb, index)
 }
 
-func indexUUID(tb testing.TB, c *esemu.Cluster, index string) string {
+func indexUUID(tb testing.TB, c backend, index string) string {
 	tb.Helper()
 	var r map[string]struct {
 		Settings map[string]any `json:"settings"`
@@ -319,7 +282,7 @@ func diffDocs(want, got map[docKey]doc) string {
 
 // waitCaughtUp waits until every shard of the indices has a stored
 // checkpoint equal to its gcp and the gcp covers every op started.
-func waitCaughtUp(tb testing.TB, c *esemu.Cluster, store *checkpoint.Store, indices []string, timeout time.Duration) {
+func waitCaughtUp(tb testing.TB, c backend, store *checkpoint.Store, indices []string, timeout time.Duration) {
 	tb.Helper()
 	deadline := time.Now().Add(timeout)
 	var why string
@@ -333,24 +296,20 @@ func waitCaughtUp(tb testing.TB, c *esemu.Cluster, store *checkpoint.Store, indi
 	tb.Fatalf("the feed did not catch up within %s: %s", timeout, why)
 }
 
-func caughtUp(tb testing.TB, c *esemu.Cluster, store *checkpoint.Store, indices []string) string {
+func caughtUp(tb testing.TB, c backend, store *checkpoint.Store, indices []string) string {
 	st, err := store.Load(context.Background())
 	if err != nil {
 		return err.Error()
 	}
 	for _, ix := range indices {
 		uuid := indexUUID(tb, c, ix)
-		for n := 0; ; n++ {
-			ss, err := c.ShardState(ix, n)
-			if err != nil {
-				break
-			}
-			if ss.GlobalCheckpoint != ss.NextSeqNo-1 {
-				return fmt.Sprintf("%s/%d: gcp %d behind next seq %d", ix, n, ss.GlobalCheckpoint, ss.NextSeqNo)
+		for n, ss := range inspect(c).shards(tb, ix) {
+			if ss.gcp != ss.max {
+				return fmt.Sprintf("%s/%d: gcp %d behind max seq no %d", ix, n, ss.gcp, ss.max)
 			}
 			cp, ok := st.Checkpoints[checkpoint.ShardID{IndexUUID: uuid, Shard: n}]
-			if ss.GlobalCheckpoint >= 0 && (!ok || cp != ss.GlobalCheckpoint) {
-				return fmt.Sprintf("%s/%d: checkpoint %d (stored %v), gcp %d", ix, n, cp, ok, ss.GlobalCheckpoint)
+			if ss.gcp >= 0 && (!ok || cp != ss.gcp) {
+				return fmt.Sprintf("%s/%d: checkpoint %d (stored %v), gcp %d", ix, n, cp, ok, ss.gcp)
 			}
 		}
 	}

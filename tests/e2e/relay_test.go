@@ -160,26 +160,27 @@ func TestRelay_Mirror(t *testing.T) {
 	if testing.Short() {
 		d = 2 * time.Second
 	}
-	c := cluster(t, esemu.Config{Nodes: 3, OutOfOrder: true, MaxCompletionDelay: 3 * time.Millisecond})
-	createIndex(t, c, "mirror", 3, 1)
+	c := esCluster(t, esemu.Config{Nodes: 3, OutOfOrder: true, MaxCompletionDelay: 3 * time.Millisecond})
+	ix := c.Index("mirror")
+	createIndex(t, c, ix, 3, 1)
 	srv := redistest.Start(t)
-	f := startRelay(t, c, srv.URL(), "mirror", []string{"mirror"}, nil)
+	f := startRelay(t, c, srv.URL(), "mirror", []string{ix}, nil)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	writers := make([]*writer, 4)
 	for i := range writers {
-		writers[i] = &writer{url: c.URL(), index: "mirror", id: i, rng: rand.New(rand.NewPCG(uint64(i), 99)), routing: map[string]string{}}
+		writers[i] = &writer{url: c.URL(), index: ix, id: i, rng: rand.New(rand.NewPCG(uint64(i), 99)), routing: map[string]string{}}
 		wg.Add(1)
 		go func(w *writer) { defer wg.Done(); w.run(t, stop) }(writers[i])
 	}
 	time.Sleep(d)
 	close(stop)
 	wg.Wait()
-	waitCaughtUp(t, c, f.store, []string{"mirror"}, 30*time.Second)
+	waitCaughtUp(t, c, f.store, []string{ix}, 30*time.Second)
 
 	evs := entries(t, f.rdb, f.keys.Events())
-	want := clusterDocs(t, c, "mirror")
+	want := clusterDocs(t, c, ix)
 	got := replay(evs)
 	ops, routed := 0, 0
 	for _, w := range writers {
@@ -253,35 +254,31 @@ func TestRelay_LateCommit(t *testing.T) {
 // TestRelay_CustomRouting: the same _id routed to two shards is two
 // documents, each tracked on its own shard.
 func TestRelay_CustomRouting(t *testing.T) {
-	c := cluster(t, esemu.Config{})
-	createIndex(t, c, "routed", 2, 0)
+	c := esCluster(t, esemu.Config{})
+	ix := c.Index("routed")
+	createIndex(t, c, ix, 2, 0)
 	srv := redistest.Start(t)
-	f := startRelay(t, c, srv.URL(), "routed", []string{"routed"}, nil)
+	f := startRelay(t, c, srv.URL(), "routed", []string{ix}, nil)
 	// Find two routing values that land on different shards.
 	shardOf := map[int]string{}
 	for i := 0; len(shardOf) < 2 && i < 50; i++ {
 		r := fmt.Sprintf("r%d", i)
-		mustDo(t, "PUT", c.URL()+"/routed/_doc/probe-"+r+"?routing="+r+"&refresh=true", `{}`)
-		for n := 0; n < 2; n++ {
-			vis, _ := c.VisibleDocs("routed", n, 0)
-			for _, d := range vis {
-				if d.ID == "probe-"+r {
-					if _, ok := shardOf[n]; !ok {
-						shardOf[n] = r
-					}
-				}
+		mustDo(t, "PUT", c.URL()+"/"+ix+"/_doc/probe-"+r+"?routing="+r+"&refresh=true", `{}`)
+		for k := range clusterDocs(t, c, ix) {
+			if _, ok := shardOf[k.shard]; !ok && k.id == "probe-"+r {
+				shardOf[k.shard] = r
 			}
 		}
 	}
 	if len(shardOf) < 2 {
 		t.Fatal("no routing values found for both shards")
 	}
-	mustDo(t, "PUT", c.URL()+"/routed/_doc/same?routing="+shardOf[0], `{"on":"zero"}`)
-	mustDo(t, "PUT", c.URL()+"/routed/_doc/same?routing="+shardOf[1], `{"on":"one"}`)
-	mustDo(t, "PUT", c.URL()+"/routed/_doc/same?routing="+shardOf[1], `{"on":"one","v":2}`)
-	waitCaughtUp(t, c, f.store, []string{"routed"}, 10*time.Second)
+	mustDo(t, "PUT", c.URL()+"/"+ix+"/_doc/same?routing="+shardOf[0], `{"on":"zero"}`)
+	mustDo(t, "PUT", c.URL()+"/"+ix+"/_doc/same?routing="+shardOf[1], `{"on":"one"}`)
+	mustDo(t, "PUT", c.URL()+"/"+ix+"/_doc/same?routing="+shardOf[1], `{"on":"one","v":2}`)
+	waitCaughtUp(t, c, f.store, []string{ix}, 10*time.Second)
 	got := replay(entries(t, f.rdb, f.keys.Events()))
-	uuid := indexUUID(t, c, "routed")
+	uuid := indexUUID(t, c, ix)
 	zero, ok0 := got[docKey{uuid, 0, "same"}]
 	one, ok1 := got[docKey{uuid, 1, "same"}]
 	if !ok0 || !ok1 {
@@ -290,7 +287,7 @@ func TestRelay_CustomRouting(t *testing.T) {
 	if zero.source != `{"on":"zero"}` || zero.routing != shardOf[0] || one.source != `{"on":"one","v":2}` || one.routing != shardOf[1] {
 		t.Fatalf("shard 0: %+v, shard 1: %+v", zero, one)
 	}
-	if diff := diffDocs(clusterDocs(t, c, "routed"), got); diff != "" {
+	if diff := diffDocs(clusterDocs(t, c, ix), got); diff != "" {
 		t.Fatalf("stream differs from the index:\n%s", diff)
 	}
 	var delivered atomic.Int64

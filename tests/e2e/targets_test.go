@@ -24,7 +24,7 @@ import (
 )
 
 // resolveNames lists the concrete indices behind an expression now.
-func resolveNames(tb testing.TB, c *esemu.Cluster, expr string) []string {
+func resolveNames(tb testing.TB, c backend, expr string) []string {
 	tb.Helper()
 	var r struct {
 		Indices []struct {
@@ -67,7 +67,7 @@ func resolveNames(tb testing.TB, c *esemu.Cluster, expr string) []string {
 }
 
 // docsBehind is the union of the documents of the indices behind expr.
-func docsBehind(tb testing.TB, c *esemu.Cluster, expr string) map[docKey]doc {
+func docsBehind(tb testing.TB, c backend, expr string) map[docKey]doc {
 	tb.Helper()
 	out := map[docKey]doc{}
 	for _, n := range resolveNames(tb, c, expr) {
@@ -97,7 +97,7 @@ func noSeqTwice(tb testing.TB, evs []redisx.Event) {
 
 // waitMirrorExpr waits until the stream replayed equals the documents behind
 // expr.
-func waitMirrorExpr(tb testing.TB, c *esemu.Cluster, f *feed, expr string, timeout time.Duration) []redisx.Event {
+func waitMirrorExpr(tb testing.TB, c backend, f *feed, expr string, timeout time.Duration) []redisx.Event {
 	tb.Helper()
 	deadline := time.Now().Add(timeout)
 	var diff string
@@ -116,13 +116,15 @@ func waitMirrorExpr(tb testing.TB, c *esemu.Cluster, f *feed, expr string, timeo
 // created (and written) and deleted during the run, one of them re-created
 // under the same name.
 func TestTargets_PatternWithIndicesComingAndGoing(t *testing.T) {
-	c := cluster(t, esemu.Config{Nodes: 2, OutOfOrder: true})
-	createIndex(t, c, "app-1", 2, 1)
-	createIndex(t, c, "other", 1, 0) // not matched
+	c := esCluster(t, esemu.Config{Nodes: 2, OutOfOrder: true})
+	app1, app2, app3, ignored, other := c.Index("app-1"), c.Index("app-2"), c.Index("app-3"), c.Index("app-ignored"), c.Index("other")
+	expr := c.Index("app-*") + ",-" + ignored
+	createIndex(t, c, app1, 2, 1)
+	createIndex(t, c, other, 1, 0) // not matched
 	srv := redistest.Start(t)
-	f := startRelayDeletes(t, c, srv.URL(), "pattern", []string{"app-*,-app-ignored"}, func(*deletes.Config) {}, nil)
+	f := startRelayDeletes(t, c, srv.URL(), "pattern", []string{expr}, func(*deletes.Config) {}, nil)
 	var current atomic.Value
-	current.Store("app-1")
+	current.Store(app1)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var written atomic.Int64
@@ -145,17 +147,17 @@ func TestTargets_PatternWithIndicesComingAndGoing(t *testing.T) {
 			}
 		}(w)
 	}
-	mustDo(t, "PUT", c.URL()+"/other/_doc/x", `{}`)
-	createIndex(t, c, "app-ignored", 1, 0)
-	mustDo(t, "PUT", c.URL()+"/app-ignored/_doc/x", `{}`)
+	mustDo(t, "PUT", c.URL()+"/"+other+"/_doc/x", `{}`)
+	createIndex(t, c, ignored, 1, 0)
+	mustDo(t, "PUT", c.URL()+"/"+ignored+"/_doc/x", `{}`)
 	for _, step := range []func(){
-		func() { createIndex(t, c, "app-2", 1, 0); current.Store("app-2") },
-		func() { createIndex(t, c, "app-3", 3, 0); current.Store("app-3") },
-		func() { mustDo(t, "DELETE", c.URL()+"/app-1", "") },
+		func() { createIndex(t, c, app2, 1, 0); current.Store(app2) },
+		func() { createIndex(t, c, app3, 3, 0); current.Store(app3) },
+		func() { mustDo(t, "DELETE", c.URL()+"/"+app1, "") },
 		func() {
-			mustDo(t, "DELETE", c.URL()+"/app-2", "")
-			createIndex(t, c, "app-2", 2, 0)
-			current.Store("app-2")
+			mustDo(t, "DELETE", c.URL()+"/"+app2, "")
+			createIndex(t, c, app2, 2, 0)
+			current.Store(app2)
 		},
 	} {
 		time.Sleep(700 * time.Millisecond)
@@ -164,18 +166,18 @@ func TestTargets_PatternWithIndicesComingAndGoing(t *testing.T) {
 	time.Sleep(700 * time.Millisecond)
 	close(stop)
 	wg.Wait()
-	evs := waitMirrorExpr(t, c, f, "app-*,-app-ignored", 30*time.Second)
+	evs := waitMirrorExpr(t, c, f, expr, 30*time.Second)
 	noSeqTwice(t, evs)
 	targets := map[string]int{}
 	for _, e := range evs {
 		targets[e.Index+" via "+e.Target]++
-		if e.Index == "other" || e.Index == "app-ignored" {
+		if e.Index == other || e.Index == ignored {
 			t.Fatalf("an index outside the expression was followed: %+v", e)
 		}
 	}
 	t.Logf("%d writes; events by index and target: %v", written.Load(), targets)
-	for _, ix := range []string{"app-1", "app-3"} {
-		if targets[ix+" via app-*,-app-ignored"] == 0 {
+	for _, ix := range []string{app1, app3} {
+		if targets[ix+" via "+expr] == 0 {
 			t.Errorf("no events of %s", ix)
 		}
 	}
@@ -184,17 +186,18 @@ func TestTargets_PatternWithIndicesComingAndGoing(t *testing.T) {
 // TestTargets_AliasRolledOver: writers write through an alias that rolls
 // over 3 times; the feed follows the alias.
 func TestTargets_AliasRolledOver(t *testing.T) {
-	c := cluster(t, esemu.Config{Nodes: 2, OutOfOrder: true})
-	mustDo(t, "PUT", c.URL()+"/logs-000001", `{"settings":{"number_of_shards":2,"number_of_replicas":1},"aliases":{"logs":{"is_write_index":true}}}`)
+	c := esCluster(t, esemu.Config{Nodes: 2, OutOfOrder: true})
+	alias := c.Index("logs")
+	mustDo(t, "PUT", c.URL()+"/"+alias+"-000001", `{"settings":{"number_of_shards":2,"number_of_replicas":1},"aliases":{"`+alias+`":{"is_write_index":true}}}`)
 	srv := redistest.Start(t)
-	f := startRelay(t, c, srv.URL(), "alias", []string{"logs"}, nil)
+	f := startRelay(t, c, srv.URL(), "alias", []string{alias}, nil)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	writers := make([]*writer, 3)
 	for i := range writers {
 		// Through an alias: new ids only (an update through a rolled-over
 		// alias writes a second document in the new index).
-		writers[i] = &writer{url: c.URL(), index: "logs", id: i, rng: rand.New(rand.NewPCG(uint64(i), 8)), routing: map[string]string{}}
+		writers[i] = &writer{url: c.URL(), index: alias, id: i, rng: rand.New(rand.NewPCG(uint64(i), 8)), routing: map[string]string{}}
 		wg.Add(1)
 		go func(w *writer) {
 			defer wg.Done()
@@ -206,27 +209,27 @@ func TestTargets_AliasRolledOver(t *testing.T) {
 				}
 				id := fmt.Sprintf("w%d-%d", w.id, w.next)
 				w.next++
-				mustDo(t, "PUT", c.URL()+"/logs/_doc/"+id, w.source(id))
+				mustDo(t, "PUT", c.URL()+"/"+alias+"/_doc/"+id, w.source(id))
 			}
 		}(writers[i])
 	}
 	for i := 0; i < 3; i++ {
 		time.Sleep(600 * time.Millisecond)
-		mustDo(t, "POST", c.URL()+"/logs/_rollover", "")
+		mustDo(t, "POST", c.URL()+"/"+alias+"/_rollover", "")
 	}
 	time.Sleep(600 * time.Millisecond)
 	close(stop)
 	wg.Wait()
-	names := resolveNames(t, c, "logs")
+	names := resolveNames(t, c, alias)
 	if len(names) != 4 {
 		t.Fatalf("the alias points to %v, want 4 indices after 3 rollovers", names)
 	}
-	evs := waitMirrorExpr(t, c, f, "logs", 30*time.Second)
+	evs := waitMirrorExpr(t, c, f, alias, 30*time.Second)
 	noSeqTwice(t, evs)
 	per := map[string]int{}
 	for _, e := range evs {
 		per[e.Index]++
-		if e.Target != "logs" {
+		if e.Target != alias {
 			t.Fatalf("target %q, want the alias", e.Target)
 		}
 	}
@@ -293,19 +296,20 @@ func TestTargets_DataStreamRolledOver(t *testing.T) {
 // TestTargets_FromNow delivers only changes made after the relay started,
 // and an index created later from its beginning.
 func TestTargets_FromNow(t *testing.T) {
-	c := cluster(t, esemu.Config{})
-	createIndex(t, c, "old-1", 2, 0)
+	c := esCluster(t, esemu.Config{})
+	old1, old2 := c.Index("old-1"), c.Index("old-2")
+	createIndex(t, c, old1, 2, 0)
 	for i := 0; i < 20; i++ {
-		mustDo(t, "PUT", fmt.Sprintf("%s/old-1/_doc/before-%d", c.URL(), i), `{}`)
+		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/before-%d", c.URL(), old1, i), `{}`)
 	}
 	srv := redistest.Start(t)
-	f := startRelay(t, c, srv.URL(), "fromnow", []string{"old-*"}, func(cfg *relay.Config) { cfg.From = relay.FromNow })
-	waitCaughtUp(t, c, f.store, []string{"old-1"}, 10*time.Second)
-	mustDo(t, "PUT", c.URL()+"/old-1/_doc/after-1", `{}`)
-	mustDo(t, "PUT", c.URL()+"/old-1/_doc/before-3", `{"updated":true}`)
-	createIndex(t, c, "old-2", 1, 0)
-	mustDo(t, "PUT", c.URL()+"/old-2/_doc/fresh", `{}`)
-	waitCaughtUp(t, c, f.store, []string{"old-1"}, 10*time.Second)
+	f := startRelay(t, c, srv.URL(), "fromnow", []string{c.Index("old-*")}, func(cfg *relay.Config) { cfg.From = relay.FromNow })
+	waitCaughtUp(t, c, f.store, []string{old1}, 10*time.Second)
+	mustDo(t, "PUT", c.URL()+"/"+old1+"/_doc/after-1", `{}`)
+	mustDo(t, "PUT", c.URL()+"/"+old1+"/_doc/before-3", `{"updated":true}`)
+	createIndex(t, c, old2, 1, 0)
+	mustDo(t, "PUT", c.URL()+"/"+old2+"/_doc/fresh", `{}`)
+	waitCaughtUp(t, c, f.store, []string{old1}, 10*time.Second)
 	deadline := time.Now().Add(10 * time.Second)
 	var got []string
 	for time.Now().Before(deadline) {
@@ -319,7 +323,7 @@ func TestTargets_FromNow(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	want := []string{"old-1/after-1", "old-1/before-3", "old-2/fresh"}
+	want := []string{old1 + "/after-1", old1 + "/before-3", old2 + "/fresh"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("events %v, want only the changes after start %v", got, want)
 	}
@@ -378,34 +382,35 @@ func (cn *consumer) poll(tb testing.TB, f *feed) {
 // resync rebuilds the consumer's mirror exactly, dropping what was deleted
 // meanwhile.
 func TestResync_AfterFlushAll(t *testing.T) {
-	c := cluster(t, esemu.Config{Nodes: 2})
-	createIndex(t, c, "orders", 2, 1)
+	c := esCluster(t, esemu.Config{Nodes: 2})
+	ix := c.Index("orders")
+	createIndex(t, c, ix, 2, 1)
 	for i := 0; i < 40; i++ {
-		mustDo(t, "PUT", fmt.Sprintf("%s/orders/_doc/%d", c.URL(), i), fmt.Sprintf(`{"v":%d}`, i))
+		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/%d", c.URL(), ix, i), fmt.Sprintf(`{"v":%d}`, i))
 	}
 	srv := redistest.Start(t)
-	f := startRelayDeletes(t, c, srv.URL(), "resync", []string{"orders"}, func(*deletes.Config) {}, nil)
-	waitCaughtUp(t, c, f.store, []string{"orders"}, 10*time.Second)
+	f := startRelayDeletes(t, c, srv.URL(), "resync", []string{ix}, func(*deletes.Config) {}, nil)
+	waitCaughtUp(t, c, f.store, []string{ix}, 10*time.Second)
 	cn := &consumer{docs: map[docKey]doc{}}
 	cn.poll(t, f)
-	if diff := diffDocs(clusterDocs(t, c, "orders"), cn.docs); diff != "" {
+	if diff := diffDocs(clusterDocs(t, c, ix), cn.docs); diff != "" {
 		t.Fatalf("consumer mirror before the loss:\n%s", diff)
 	}
 	f.halt()
 	// The state is lost; meanwhile documents change and go.
 	srv.Client(t).FlushAll(context.Background())
 	for i := 0; i < 40; i += 3 {
-		mustDo(t, "DELETE", fmt.Sprintf("%s/orders/_doc/%d", c.URL(), i), "")
+		mustDo(t, "DELETE", fmt.Sprintf("%s/%s/_doc/%d", c.URL(), ix, i), "")
 	}
 	for i := 1; i < 40; i += 5 {
-		mustDo(t, "PUT", fmt.Sprintf("%s/orders/_doc/%d", c.URL(), i), `{"changed":true}`)
+		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/%d", c.URL(), ix, i), `{"changed":true}`)
 	}
-	g := startRelayDeletes(t, c, srv.URL(), "resync", []string{"orders"}, func(*deletes.Config) {}, func(cfg *relay.Config) { cfg.Snapshot = true })
-	waitCaughtUp(t, c, g.store, []string{"orders"}, 10*time.Second)
-	mustDo(t, "PUT", c.URL()+"/orders/_doc/after", `{"after":"resync"}`)
-	waitCaughtUp(t, c, g.store, []string{"orders"}, 10*time.Second)
+	g := startRelayDeletes(t, c, srv.URL(), "resync", []string{ix}, func(*deletes.Config) {}, func(cfg *relay.Config) { cfg.Snapshot = true })
+	waitCaughtUp(t, c, g.store, []string{ix}, 10*time.Second)
+	mustDo(t, "PUT", c.URL()+"/"+ix+"/_doc/after", `{"after":"resync"}`)
+	waitCaughtUp(t, c, g.store, []string{ix}, 10*time.Second)
 	cn.poll(t, g)
-	if diff := diffDocs(clusterDocs(t, c, "orders"), cn.docs); diff != "" {
+	if diff := diffDocs(clusterDocs(t, c, ix), cn.docs); diff != "" {
 		t.Fatalf("consumer mirror after resync:\n%s", diff)
 	}
 	var start, end int
@@ -419,7 +424,7 @@ func TestResync_AfterFlushAll(t *testing.T) {
 			counts = e.Counts
 		}
 	}
-	if start != 1 || end != 1 || counts["orders"] != 40-14+3 {
+	if start != 1 || end != 1 || counts[ix] != 40-14+3 {
 		t.Fatalf("snapshot_start %d, snapshot_end %d with counts %v; want 1, 1, orders=29 (14 deleted, 3 of them re-created)", start, end, counts)
 	}
 }
@@ -427,22 +432,23 @@ func TestResync_AfterFlushAll(t *testing.T) {
 // TestTargets_ClosedIndexSkippedThenResumed: a closed index is skipped with
 // one warning until reopened, then read on from its checkpoint.
 func TestTargets_ClosedIndexSkippedThenResumed(t *testing.T) {
-	for _, expr := range []string{"shut-*", "shut-alias"} {
-		t.Run(expr, func(t *testing.T) {
-			c := cluster(t, esemu.Config{})
-			mustDo(t, "PUT", c.URL()+"/shut-1", `{"settings":{"number_of_shards":1,"number_of_replicas":0},"aliases":{"shut-alias":{}}}`)
+	for _, name := range []string{"shut-*", "shut-alias"} {
+		t.Run(name, func(t *testing.T) {
+			c := esCluster(t, esemu.Config{})
+			expr, shut1 := c.Index(name), c.Index("shut-1")
+			mustDo(t, "PUT", c.URL()+"/"+shut1, `{"settings":{"number_of_shards":1,"number_of_replicas":0},"aliases":{"`+c.Index("shut-alias")+`":{}}}`)
 			srv := redistest.Start(t)
 			logs := &lockedLog{}
 			f := startRelay(t, c, srv.URL(), "closed", []string{expr}, func(cfg *relay.Config) {
 				cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 			})
-			mustDo(t, "PUT", c.URL()+"/shut-1/_doc/a", `{}`)
-			waitCaughtUp(t, c, f.store, []string{"shut-1"}, 10*time.Second)
-			mustDo(t, "POST", c.URL()+"/shut-1/_close", "")
+			mustDo(t, "PUT", c.URL()+"/"+shut1+"/_doc/a", `{}`)
+			waitCaughtUp(t, c, f.store, []string{shut1}, 10*time.Second)
+			mustDo(t, "POST", c.URL()+"/"+shut1+"/_close", "")
 			time.Sleep(500 * time.Millisecond) // ~10 rounds
-			mustDo(t, "POST", c.URL()+"/shut-1/_open", "")
-			mustDo(t, "PUT", c.URL()+"/shut-1/_doc/b", `{}`)
-			waitCaughtUp(t, c, f.store, []string{"shut-1"}, 10*time.Second)
+			mustDo(t, "POST", c.URL()+"/"+shut1+"/_open", "")
+			mustDo(t, "PUT", c.URL()+"/"+shut1+"/_doc/b", `{}`)
+			waitCaughtUp(t, c, f.store, []string{shut1}, 10*time.Second)
 			evs := entries(t, f.rdb, f.keys.Events())
 			if len(evs) != 2 || evs[0].ID != "a" || evs[1].ID != "b" {
 				t.Fatalf("events %+v, want a then b (nothing read twice)", evs)
@@ -461,9 +467,10 @@ func TestTargets_ClosedIndexSkippedThenResumed(t *testing.T) {
 // TestTargets_NothingYetThenSomething: a pattern that matches nothing is a
 // warning and a wait, not a crash; the first matching index is followed.
 func TestTargets_NothingYetThenSomething(t *testing.T) {
-	c := cluster(t, esemu.Config{})
+	c := esCluster(t, esemu.Config{})
+	later1 := c.Index("later-1")
 	srv := redistest.Start(t)
-	p := startBinary(t, relayArgs(c, srv.URL(), "later", "later-*")...)
+	p := startBinary(t, relayArgs(c, srv.URL(), "later", c.Index("later-*"))...)
 	time.Sleep(time.Second)
 	if p.cmd.ProcessState != nil {
 		t.Fatalf("the relay exited:\n%s", p.out)
@@ -471,11 +478,11 @@ func TestTargets_NothingYetThenSomething(t *testing.T) {
 	if !strings.Contains(p.out.String(), "matches no index yet") {
 		t.Fatalf("no warning about the empty expression:\n%s", p.out)
 	}
-	createIndex(t, c, "later-1", 1, 0)
-	mustDo(t, "PUT", c.URL()+"/later-1/_doc/first", `{}`)
-	waitCaughtUp(t, c, storeFor(t, srv, "later"), []string{"later-1"}, 10*time.Second)
+	createIndex(t, c, later1, 1, 0)
+	mustDo(t, "PUT", c.URL()+"/"+later1+"/_doc/first", `{}`)
+	waitCaughtUp(t, c, storeFor(t, srv, "later"), []string{later1}, 10*time.Second)
 	evs := entries(t, srv.Client(t), redisx.NewKeys("later").Events())
-	if len(evs) != 1 || evs[0].ID != "first" || evs[0].Target != "later-*" {
+	if len(evs) != 1 || evs[0].ID != "first" || evs[0].Target != c.Index("later-*") {
 		t.Fatalf("events %+v", evs)
 	}
 }
@@ -511,13 +518,14 @@ func TestTargets_SeqNoDisabledRefused(t *testing.T) {
 // refuse (and say to resync), instead of silently starting the feed again;
 // resync then rebuilds it.
 func TestRun_RefusesLostState(t *testing.T) {
-	c := cluster(t, esemu.Config{})
-	createIndex(t, c, "kept", 1, 0)
-	mustDo(t, "PUT", c.URL()+"/kept/_doc/1", `{}`)
+	c := esCluster(t, esemu.Config{})
+	kept := c.Index("kept")
+	createIndex(t, c, kept, 1, 0)
+	mustDo(t, "PUT", c.URL()+"/"+kept+"/_doc/1", `{}`)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	p := startBinary(t, relayArgs(c, srv.URL(), "lost", "kept")...)
-	waitCaughtUp(t, c, storeFor(t, srv, "lost"), []string{"kept"}, 10*time.Second)
+	p := startBinary(t, relayArgs(c, srv.URL(), "lost", kept)...)
+	waitCaughtUp(t, c, storeFor(t, srv, "lost"), []string{kept}, 10*time.Second)
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	_ = p.cmd.Wait()
 	keys := redisx.NewKeys("lost")
@@ -527,16 +535,16 @@ func TestRun_RefusesLostState(t *testing.T) {
 			rdb.Del(context.Background(), k)
 		}
 	}
-	code, out := runBinary(t, 30*time.Second, relayArgs(c, srv.URL(), "lost", "kept")...)
+	code, out := runBinary(t, 30*time.Second, relayArgs(c, srv.URL(), "lost", kept)...)
 	last := out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:]
 	if code != 1 || !strings.Contains(last, "state is lost") || !strings.Contains(last, "es-changefeed resync") {
 		t.Fatalf("exit %d, last line %q", code, last)
 	}
-	q := startBinary(t, append([]string{"resync"}, relayArgs(c, srv.URL(), "lost", "kept")[1:]...)...)
-	waitCaughtUp(t, c, storeFor(t, srv, "lost"), []string{"kept"}, 10*time.Second)
+	q := startBinary(t, append([]string{"resync"}, relayArgs(c, srv.URL(), "lost", kept)[1:]...)...)
+	waitCaughtUp(t, c, storeFor(t, srv, "lost"), []string{kept}, 10*time.Second)
 	_ = q.cmd.Process.Signal(syscall.SIGTERM)
 	_ = q.cmd.Wait()
-	r := startBinary(t, relayArgs(c, srv.URL(), "lost", "kept")...)
+	r := startBinary(t, relayArgs(c, srv.URL(), "lost", kept)...)
 	time.Sleep(1500 * time.Millisecond)
 	if r.cmd.ProcessState != nil || strings.Contains(r.out.String(), "state is lost") {
 		t.Fatalf("run after resync did not keep running:\n%s", r.out)
@@ -548,35 +556,36 @@ func TestRun_RefusesLostState(t *testing.T) {
 // documents done / total, rate and ETA; a resync reports its progress to the
 // progress callback (the bar on a terminal).
 func TestRelay_ProgressOfLargeReads(t *testing.T) {
-	c := cluster(t, esemu.Config{})
-	createIndex(t, c, "large", 2, 0)
+	c := esCluster(t, esemu.Config{})
+	ix := c.Index("large")
+	createIndex(t, c, ix, 2, 0)
 	for start := 0; start < 12000; start += 2000 {
 		var b strings.Builder
 		for i := start; i < start+2000; i++ {
 			fmt.Fprintf(&b, "{\"index\":{\"_id\":\"%d\"}}\n{\"i\":%d}\n", i, i)
 		}
-		mustDo(t, "POST", c.URL()+"/large/_bulk", b.String())
+		mustDo(t, "POST", c.URL()+"/"+ix+"/_bulk", b.String())
 	}
 	srv := redistest.Start(t)
 	logs := &lockedLog{}
-	f := startRelay(t, c, srv.URL(), "progress", []string{"large"}, func(cfg *relay.Config) {
+	f := startRelay(t, c, srv.URL(), "progress", []string{ix}, func(cfg *relay.Config) {
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 		cfg.ProgressInterval = time.Millisecond
 	})
-	waitCaughtUp(t, c, f.store, []string{"large"}, 30*time.Second)
+	waitCaughtUp(t, c, f.store, []string{ix}, 30*time.Second)
 	time.Sleep(200 * time.Millisecond)
 	out := logs.String()
-	if !strings.Contains(out, `msg="reading the existing documents of large" documents=`) || !strings.Contains(out, "total=12000") ||
-		!strings.Contains(out, "eta=") || !strings.Contains(out, "reading the existing documents of large: done") {
+	if !strings.Contains(out, `msg="reading the existing documents of `+ix+`" documents=`) || !strings.Contains(out, "total=12000") ||
+		!strings.Contains(out, "eta=") || !strings.Contains(out, "reading the existing documents of "+ix+": done") {
 		t.Fatalf("no progress log of the first read:\n%s", out)
 	}
 	f.halt()
 	var calls, last, total atomic.Int64
-	g := startRelay(t, c, srv.URL(), "progress", []string{"large"}, func(cfg *relay.Config) {
+	g := startRelay(t, c, srv.URL(), "progress", []string{ix}, func(cfg *relay.Config) {
 		cfg.Snapshot = true
 		cfg.SnapshotProgress = func(done, tot int64) { calls.Add(1); last.Store(done); total.Store(tot) }
 	})
-	waitCaughtUp(t, c, g.store, []string{"large"}, 30*time.Second)
+	waitCaughtUp(t, c, g.store, []string{ix}, 30*time.Second)
 	deadline := time.Now().Add(10 * time.Second)
 	for last.Load() < 12000 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
@@ -590,14 +599,15 @@ func TestRelay_ProgressOfLargeReads(t *testing.T) {
 // without persistence) under a running relay: it stops with an error that
 // says to resync, instead of silently restarting the feed.
 func TestRelay_StateLostWhileRunning(t *testing.T) {
-	c := cluster(t, esemu.Config{})
-	createIndex(t, c, "volatile", 1, 0)
-	mustDo(t, "PUT", c.URL()+"/volatile/_doc/1", `{}`)
+	c := esCluster(t, esemu.Config{})
+	ix := c.Index("volatile")
+	createIndex(t, c, ix, 1, 0)
+	mustDo(t, "PUT", c.URL()+"/"+ix+"/_doc/1", `{}`)
 	srv := redistest.Start(t)
-	f := startRelay(t, c, srv.URL(), "volatile", []string{"volatile"}, nil)
-	waitCaughtUp(t, c, f.store, []string{"volatile"}, 10*time.Second)
+	f := startRelay(t, c, srv.URL(), "volatile", []string{ix}, nil)
+	waitCaughtUp(t, c, f.store, []string{ix}, 10*time.Second)
 	srv.Client(t).FlushAll(context.Background())
-	mustDo(t, "PUT", c.URL()+"/volatile/_doc/2", `{}`)
+	mustDo(t, "PUT", c.URL()+"/"+ix+"/_doc/2", `{}`)
 	select {
 	case err := <-f.done:
 		if !errors.Is(err, checkpoint.ErrStateLost) || !strings.Contains(err.Error(), "resync") {

@@ -4,6 +4,7 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -23,9 +24,14 @@ type Server struct {
 	Dir  string
 	Port int
 
-	tb   testing.TB
-	args []string
-	cmd  *exec.Cmd
+	// TLS holds the certificate files of a server StartTLS started (nil
+	// for a plain one).
+	TLS *TLSFiles
+
+	tb        testing.TB
+	args      []string
+	cmd       *exec.Cmd
+	tlsConfig *tls.Config
 }
 
 // Options tweak a server.
@@ -72,7 +78,7 @@ func (s *Server) start(bin string) {
 }
 
 func (s *Server) waitPing(d time.Duration) error {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, TLSConfig: s.tlsConfig})
 	defer c.Close()
 	deadline := time.Now().Add(d)
 	var err error
@@ -88,13 +94,18 @@ func (s *Server) waitPing(d time.Duration) error {
 	return err
 }
 
-// URL is redis://127.0.0.1:<port>/0.
-func (s *Server) URL() string { return fmt.Sprintf("redis://%s/0", s.Addr) }
+// URL is redis://127.0.0.1:<port>/0 (rediss:// for StartTLS).
+func (s *Server) URL() string {
+	if s.tlsConfig != nil {
+		return fmt.Sprintf("rediss://%s/0", s.Addr)
+	}
+	return fmt.Sprintf("redis://%s/0", s.Addr)
+}
 
 // Client returns a new client to the server, closed in tb.Cleanup.
 func (s *Server) Client(tb testing.TB) *redis.Client {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(s.options())
 	tb.Cleanup(func() { c.Close() })
 	return c
 }

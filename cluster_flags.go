@@ -1,0 +1,224 @@
+package main
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/es-changefeed/es-changefeed/relay/es"
+)
+
+// A cluster's connection flags come in families named by a prefix: "es"
+// for the cluster the relay follows (run, resync, status), "bulk" for the
+// bulk sink's target (consume). clusterFlags defines a family, clusterConn
+// reads it: one definition, one reader, for both.
+
+// clusterFlagSuffixes are the flags of a family, after "<prefix>-".
+var clusterFlagSuffixes = []string{"user", "password", "password-file", "api-key", "api-key-file",
+	"ca-cert", "insecure", "client-cert", "client-key"}
+
+// clusterFlagNames are the names of a family's flags ("es-user", …).
+func clusterFlagNames(prefix string) []string {
+	out := make([]string, len(clusterFlagSuffixes))
+	for i, s := range clusterFlagSuffixes {
+		out[i] = prefix + "-" + s
+	}
+	return out
+}
+
+// clusterFlags defines the TLS and credential flags of a family: prefix
+// "es" gives --es-user …, each also read from env + "_USER" … (env
+// "ESCF_ES"). what names the cluster in the help ("the cluster").
+func clusterFlags(prefix, env, what string) []cli.Flag {
+	str := func(suffix, usage string) cli.Flag {
+		return &cli.StringFlag{Name: prefix + "-" + suffix, Usage: usage,
+			Sources: cli.EnvVars(env + "_" + strings.ToUpper(strings.ReplaceAll(suffix, "-", "_")))}
+	}
+	return []cli.Flag{
+		str("user", "basic auth user of "+what),
+		str("password", "basic auth password (prefer --"+prefix+"-password-file or the environment: a flag shows in ps)"),
+		str("password-file", "file holding the basic auth password (one line)"),
+		str("api-key", "API key of "+what+": the encoded form (base64 of id:key) or id:key; not with --"+prefix+"-user"),
+		str("api-key-file", "file holding the API key (one line)"),
+		str("ca-cert", "PEM file of the CA(s) that signed "+what+"'s certificate (default: the system's)"),
+		&cli.BoolFlag{Name: prefix + "-insecure", Usage: "do not verify " + what + "'s TLS certificate (logs a warning)",
+			Sources: cli.EnvVars(env + "_INSECURE")},
+		str("client-cert", "PEM file of a client certificate for "+what+" (mutual TLS; with --"+prefix+"-client-key)"),
+		str("client-key", "PEM file of the client certificate's private key"),
+	}
+}
+
+// clusterConn reads a family's flags into an es.Config for urls (a user
+// may be given in them: https://user@host). Files are read once, here.
+// Every error is a usage error naming the flag; none quotes a secret.
+func clusterConn(cmd *cli.Command, prefix string, urls []string) (es.Config, error) {
+	flag := func(suffix string) string { return prefix + "-" + suffix }
+	cfg := es.Config{URLs: urls}
+	var err error
+	urlUser := false
+	for _, raw := range urls {
+		if u, perr := url.Parse(raw); perr == nil && u.User != nil {
+			urlUser = true
+		}
+	}
+	cfg.Username = cmd.String(flag("user"))
+	if cfg.Password, err = secret(cmd, flag("password"), flag("password-file")); err != nil {
+		return cfg, err
+	}
+	apiKey, err := secret(cmd, flag("api-key"), flag("api-key-file"))
+	if err != nil {
+		return cfg, err
+	}
+	if apiKey != "" {
+		if cfg.Username != "" || cfg.Password != "" || urlUser {
+			return cfg, usagef("--%s and --%s/--%s (or a user in the URL) are two ways to authenticate: pass an API key or a user and password, not both",
+				flag("api-key"), flag("user"), flag("password"))
+		}
+		if cfg.APIKey, err = es.EncodeAPIKey(apiKey); err != nil {
+			return cfg, usagef("--%s: %v", flag("api-key"), err)
+		}
+	}
+	if cfg.Password != "" && cfg.Username == "" && !urlUser {
+		return cfg, usagef("--%s without --%s: pass the user name too (or put it in the URL: https://user@host:9200)", flag("password"), flag("user"))
+	}
+	caPath, insecure := cmd.String(flag("ca-cert")), cmd.Bool(flag("insecure"))
+	if caPath != "" && insecure {
+		return cfg, usagef("--%s and --%s contradict each other: verify the certificate with the CA, or skip verification, not both",
+			flag("ca-cert"), flag("insecure"))
+	}
+	cfg.InsecureSkipVerify = insecure
+	if caPath != "" {
+		if cfg.CACertPEM, err = os.ReadFile(caPath); err != nil {
+			return cfg, usagef("--%s: %v", flag("ca-cert"), err)
+		}
+		if err := (es.Config{CACertPEM: cfg.CACertPEM}).Validate(); err != nil {
+			return cfg, usagef("--%s %s: no PEM certificate in it (want the CA certificate, -----BEGIN CERTIFICATE-----)", flag("ca-cert"), caPath)
+		}
+	}
+	certPath, keyPath := cmd.String(flag("client-cert")), cmd.String(flag("client-key"))
+	if (certPath == "") != (keyPath == "") {
+		return cfg, usagef("--%s and --%s go together: pass the client certificate and its private key", flag("client-cert"), flag("client-key"))
+	}
+	if certPath != "" {
+		if cfg.ClientCertPEM, err = os.ReadFile(certPath); err != nil {
+			return cfg, usagef("--%s: %v", flag("client-cert"), err)
+		}
+		if cfg.ClientKeyPEM, err = os.ReadFile(keyPath); err != nil {
+			return cfg, usagef("--%s: %v", flag("client-key"), err)
+		}
+		if err := (es.Config{ClientCertPEM: cfg.ClientCertPEM, ClientKeyPEM: cfg.ClientKeyPEM}).Validate(); err != nil {
+			return cfg, usagef("--%s %s with --%s %s: %v (want PEM files: the certificate, -----BEGIN CERTIFICATE-----, and its private key)",
+				flag("client-cert"), certPath, flag("client-key"), keyPath, errors.Unwrap(err))
+		}
+	}
+	return cfg, nil
+}
+
+// secret reads a credential given either as a value (flag or env) or as a
+// file (trailing newline trimmed), not both.
+func secret(cmd *cli.Command, valueFlag, fileFlag string) (string, error) {
+	v, path := cmd.String(valueFlag), cmd.String(fileFlag)
+	if path == "" {
+		return v, nil
+	}
+	if v != "" {
+		return "", usagef("--%s and --%s are both set: give the secret once", valueFlag, fileFlag)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", usagef("--%s: cannot read %s: %v", fileFlag, path, errors.Unwrap(err))
+	}
+	s := strings.TrimRight(string(b), "\r\n")
+	if strings.TrimSpace(s) == "" {
+		return "", usagef("--%s: %s is empty: write the secret into it (one line)", fileFlag, path)
+	}
+	if strings.ContainsAny(s, "\r\n") {
+		return "", usagef("--%s: %s has several lines: want the secret alone on one line", fileFlag, path)
+	}
+	return s, nil
+}
+
+// usedClusterFlags are the family's flags that are set, for "needs --es"
+// checks.
+func usedClusterFlags(cmd *cli.Command, prefix string) []string {
+	var out []string
+	for _, f := range clusterFlagNames(prefix) {
+		if cmd.IsSet(f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// warnInsecure logs, at WARN, that certificate checks are off.
+func warnInsecure(log *slog.Logger, flag, urls string) {
+	log.Warn("TLS certificate verification is off: the connection can be intercepted, anyone on the network path can read and change the traffic (credentials included); use --"+
+		strings.TrimSuffix(flag, "-insecure")+"-ca-cert instead",
+		"flag", "--"+flag, "urls", urls)
+}
+
+// authDesc says who a cluster config authenticates as, for messages.
+func authDesc(cfg es.Config) string {
+	switch {
+	case cfg.APIKey != "":
+		return "the API key"
+	case cfg.Username != "":
+		return fmt.Sprintf("user %q", cfg.Username)
+	}
+	return "no credentials"
+}
+
+// explainES turns a failed startup call to a cluster into one line a user
+// can act on. flag is the URL flag ("es" or "bulk-es"); prefix the prefix
+// of its TLS and credential flags ("es" or "bulk"); cfg the config the
+// client was built with (for who it authenticated as, never its secrets).
+func explainES(err error, flag, prefix string, cfg es.Config) error {
+	var ee *es.Error
+	var te *es.TLSError
+	switch {
+	case errors.As(err, &te):
+		switch te.Problem {
+		case es.TLSUntrusted:
+			var he x509.HostnameError
+			var ci x509.CertificateInvalidError
+			switch {
+			case errors.As(err, &ci) && ci.Reason == x509.Expired:
+				return fmt.Errorf("%v: renew the cluster's HTTP certificate (or, if it is not yet valid, fix the clocks)", err)
+			case errors.As(err, &he):
+				return fmt.Errorf("%v: put a name the certificate is valid for in --%s, or reissue the certificate with this one", err, flag)
+			}
+			return fmt.Errorf("%v: pass --%s-ca-cert FILE with the PEM of the CA that signed it (Elasticsearch 8+: config/certs/http_ca.crt), or --%s-insecure to skip verification",
+				err, prefix, prefix)
+		case es.TLSNotTLS:
+			return fmt.Errorf("%v: use http:// in --%s, or enable TLS on the cluster", err, flag)
+		case es.TLSRequired:
+			return fmt.Errorf("%v: use https:// in --%s (with --%s-ca-cert if its certificate is self-signed)", err, flag, prefix)
+		case es.TLSClientCertRejected:
+			return fmt.Errorf("%v: pass --%s-client-cert FILE and --%s-client-key FILE with a certificate signed by a CA the cluster trusts for clients",
+				err, prefix, prefix)
+		}
+		return fmt.Errorf("%v: check --%s", err, flag)
+	case errors.Is(err, es.ErrUnauthorized):
+		who, check := authDesc(cfg), fmt.Sprintf("--%s-user/--%s-password (or --%s-api-key)", prefix, prefix, prefix)
+		if cfg.APIKey != "" {
+			check = fmt.Sprintf("--%s-api-key (expired, invalidated, or another cluster's?)", prefix)
+		}
+		if errors.As(err, &ee) && ee.Status == http.StatusForbidden {
+			return fmt.Errorf("Elasticsearch/OpenSearch denied %s (%v): grant it the privileges docs/SECURITY.md lists, or check %s",
+				who, err, check)
+		}
+		return fmt.Errorf("Elasticsearch/OpenSearch refused %s (%v): check %s", who, err, check)
+	case errors.Is(err, es.ErrNotFound):
+		return fmt.Errorf("%v: check --index (the indices must exist)", err)
+	case errors.As(err, &ee) && ee.Status == 0:
+		return fmt.Errorf("cannot reach Elasticsearch: %v: check --%s", err, flag)
+	}
+	return err
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/tests/redistest"
+)
+
+// TestPartitionPools: one pool per partition with the same group; a
+// handler that fails on one document dead-letters its event into that
+// document's partition's dead stream; the lanes are spread
+// (ceil(workers/P) each); the pools' metrics register side by side with a
+// partition label.
+func TestPartitionPools(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	const feed, P, uuid = "pools", 3, "u"
+	sent := 0
+	for shard := range 6 {
+		k := redisx.PartitionKeys(feed, redisx.Partition(uuid, shard, P), P)
+		for d := range 10 {
+			e := redisx.Event{Op: redisx.OpUpsert, Index: "i", IndexUUID: uuid, Shard: shard, ID: fmt.Sprintf("s%dd%d", shard, d),
+				SeqNo: int64(d), Source: []byte(`{}`)}
+			if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Events(), Values: e.Values()}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			sent++
+		}
+	}
+	const poison = "s3d4"
+	poisonPart := redisx.Partition(uuid, 3, P)
+
+	reg := prometheus.NewRegistry()
+	pools, err := partitionPools(redisx.PoolConfig{Client: rdb, Keys: redisx.NewKeys(feed), Group: "g", Consumer: "c",
+		Workers: 8, MinIdle: time.Second, Metrics: reg}, feed, P)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pools) != P {
+		t.Fatalf("%d pools, want %d", len(pools), P)
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	h := func(_ context.Context, e redisx.Event) error {
+		if e.ID == poison {
+			return redisx.Permanent(errors.New("poison"))
+		}
+		mu.Lock()
+		seen[e.ID]++
+		mu.Unlock()
+		return nil
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- runPools(rctx, pools, h) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(seen)
+		mu.Unlock()
+		if n == sent-1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d events handled", n, sent-1)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for p, k := range redisx.AllPartitionKeys(feed, P) {
+		want := int64(0)
+		if p == poisonPart {
+			want = 1
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for rdb.XLen(ctx, k.Dead()).Val() != want && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := rdb.XLen(ctx, k.Dead()).Val(); got != want {
+			t.Errorf("partition %d: %d dead letters in %s, want %d", p, got, k.Dead(), want)
+		}
+		if want == 1 {
+			d := rdb.XRange(ctx, k.Dead(), "-", "+").Val()
+			if d[0].Values["id"] != poison || d[0].Values["error"] != "poison" {
+				t.Errorf("dead letter %v, want %s with its error", d[0].Values, poison)
+			}
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("runPools: %v", err)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("%s handled %d times", id, n)
+		}
+	}
+	for p, k := range redisx.AllPartitionKeys(feed, P) {
+		if pend := rdb.XPending(ctx, k.Events(), "g").Val(); pend.Count != 0 {
+			t.Errorf("partition %d: %d pending after the stop", p, pend.Count)
+		}
+	}
+
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := map[string]bool{}
+	for _, mf := range mfs {
+		if mf.GetName() != "escf_consumer_events_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "partition" {
+					parts[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	if len(parts) != P {
+		t.Errorf("escf_consumer_events_total has partitions %v, want 0..%d", parts, P-1)
+	}
+	_ = consumeRegistry(rdb, feed, P) // registers P stream collectors without a duplicate panic
+}
+
+func TestSpread(t *testing.T) {
+	tests := []struct {
+		name          string
+		n, partitions int
+		want          int
+	}{
+		{name: "even", n: 9, partitions: 3, want: 3},
+		{name: "rounded up", n: 8, partitions: 3, want: 3},
+		{name: "fewer than partitions", n: 2, partitions: 4, want: 1},
+		{name: "one partition", n: 8, partitions: 1, want: 8},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := spread(tt.n, tt.partitions); got != tt.want {
+				t.Fatalf("spread(%d, %d) = %d, want %d", tt.n, tt.partitions, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestWatchPartitions: a consumer that started on a feed with no record
+// stops with the explanation once a relay records another count; a
+// matching record keeps it running.
+func TestWatchPartitions(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopped := make(chan error, 2)
+	go watchPartitions(ctx, rdb, "w", 1, 20*time.Millisecond, func(err error) { stopped <- err })
+	go watchPartitions(ctx, rdb, "w", 4, 20*time.Millisecond, func(err error) { stopped <- err })
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-stopped:
+		t.Fatalf("stopped before any record: %v", err)
+	default:
+	}
+	if err := redisx.RecordPartitions(ctx, rdb, "w", 4); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-stopped:
+		var pe *redisx.PartitionsError
+		if !errors.As(err, &pe) || pe.Recorded != 4 || pe.Passed != 1 {
+			t.Fatalf("stopped with %v, want the 1-partition consumer refused by the record of 4", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the 1-partition consumer was not stopped by the record of 4")
+	}
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-stopped:
+		t.Fatalf("the 4-partition consumer was stopped: %v", err)
+	default:
+	}
+}

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/urfave/cli/v3"
+
+	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/relay/sink"
+)
+
+// defaultRedisURL is the feed's Redis when --redis is not given.
+const defaultRedisURL = "redis://localhost:6379/0"
+
+// securityDoc is where the Redis ACL rules and TLS setup are documented.
+const securityDoc = "docs/SECURITY.md"
+
+// redisFlags are the flags of one Redis connection: --<prefix> (the URL)
+// and its TLS and credential flags --<prefix>-password, -password-file,
+// -ca-cert, -client-cert, -client-key, -insecure, -sentinel-master, each
+// also read from <env>_… . def is the URL's default ("" for none).
+func redisFlags(prefix, env, what, def string) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: prefix, Value: def, Usage: what + " URL: redis://[user:password@]host:port/db, rediss:// (TLS), redis-sentinel://[user:password@]host:26379[,host:26379]/<master>[/db] (rediss-sentinel:// for TLS), or redis-cluster://[user:password@]host:port[,host:port] for Redis Cluster (rediss-cluster:// for TLS)",
+			Sources: cli.EnvVars(env + "_URL")},
+		&cli.StringFlag{Name: prefix + "-password", Usage: "password of " + what + ", replacing the URL's (better: the environment variable or --" + prefix + "-password-file)",
+			Sources: cli.EnvVars(env + "_PASSWORD")},
+		&cli.StringFlag{Name: prefix + "-password-file", Usage: "file holding the password of " + what + " (one line), replacing the URL's",
+			Sources: cli.EnvVars(env + "_PASSWORD_FILE")},
+		&cli.StringFlag{Name: prefix + "-ca-cert", Usage: "PEM file of the CA(s) that signed the certificate of " + what + " (rediss://; default: the system's)",
+			Sources: cli.EnvVars(env + "_CA_CERT")},
+		&cli.StringFlag{Name: prefix + "-client-cert", Usage: "PEM client certificate for " + what + " (rediss:// with tls-auth-clients; with --" + prefix + "-client-key)",
+			Sources: cli.EnvVars(env + "_CLIENT_CERT")},
+		&cli.StringFlag{Name: prefix + "-client-key", Usage: "PEM key of --" + prefix + "-client-cert",
+			Sources: cli.EnvVars(env + "_CLIENT_KEY")},
+		&cli.BoolFlag{Name: prefix + "-insecure", Usage: "do not verify the TLS certificate of " + what + " (logs a warning)",
+			Sources: cli.EnvVars(env + "_INSECURE")},
+		&cli.StringFlag{Name: prefix + "-sentinel-master", Usage: "find " + what + " through Sentinel: the URL's host:port is a sentinel, this the master's name",
+			Sources: cli.EnvVars(env + "_SENTINEL_MASTER")},
+	}
+}
+
+// redisFlagNames are the names redisFlags defines for prefix, URL flag
+// first.
+func redisFlagNames(prefix string) []string {
+	var out []string
+	for _, f := range redisFlags(prefix, "", "", "") {
+		out = append(out, f.Names()[0])
+	}
+	return out
+}
+
+// redisConfig reads the flags of redisFlags(prefix, …) into a client
+// config: files are read, the password file's trailing newline dropped,
+// and the combination validated. Errors are usage errors naming the flag;
+// no password appears in them.
+func redisConfig(cmd *cli.Command, prefix string) (redisx.ClientConfig, error) {
+	cfg := redisx.ClientConfig{URL: cmd.String(prefix), Password: cmd.String(prefix + "-password"),
+		InsecureSkipVerify: cmd.Bool(prefix + "-insecure"), SentinelMaster: cmd.String(prefix + "-sentinel-master")}
+	if _, err := url.Parse(cfg.URL); err != nil {
+		// Not err itself: a *url.Error quotes the whole URL, password included.
+		return cfg, usagef("--%s %q: %v", prefix, redisx.Redact(cfg.URL), err.(*url.Error).Err)
+	}
+	if path := cmd.String(prefix + "-password-file"); path != "" {
+		if cfg.Password != "" {
+			return cfg, usagef("--%s-password and --%s-password-file both set the password: keep one", prefix, prefix)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, usagef("--%s-password-file: %v", prefix, err)
+		}
+		cfg.Password = strings.TrimRight(string(b), "\r\n")
+		if cfg.Password == "" {
+			return cfg, usagef("--%s-password-file %s is empty: write the password into it", prefix, path)
+		}
+		if strings.ContainsAny(cfg.Password, "\r\n") {
+			return cfg, usagef("--%s-password-file %s holds more than one line: write only the password", prefix, path)
+		}
+	}
+	read := func(flag string) ([]byte, error) {
+		path := cmd.String(flag)
+		if path == "" {
+			return nil, nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, usagef("--%s: %v", flag, err)
+		}
+		return b, nil
+	}
+	var err error
+	if cfg.CACertPEM, err = read(prefix + "-ca-cert"); err != nil {
+		return cfg, err
+	}
+	if cfg.ClientCertPEM, err = read(prefix + "-client-cert"); err != nil {
+		return cfg, err
+	}
+	if cfg.ClientKeyPEM, err = read(prefix + "-client-key"); err != nil {
+		return cfg, err
+	}
+	if cfg.InsecureSkipVerify && cmd.String(prefix+"-ca-cert") != "" {
+		return cfg, usagef("--%s-ca-cert and --%s-insecure contradict each other: verify the certificate with the CA, or skip verification, not both", prefix, prefix)
+	}
+	if (cmd.String(prefix+"-client-cert") == "") != (cmd.String(prefix+"-client-key") == "") {
+		return cfg, usagef("--%s-client-cert and --%s-client-key go together: pass both", prefix, prefix)
+	}
+	if !cfg.TLS() {
+		for _, f := range []string{"-ca-cert", "-client-cert", "-client-key", "-insecure"} {
+			if cmd.IsSet(prefix + f) {
+				return cfg, usagef("--%s%s needs TLS, but --%s %s is not: use rediss:// (or rediss-sentinel://)", prefix, f, prefix, redisx.Redact(cfg.URL))
+			}
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usagef("--%s: %v", prefix, err)
+	}
+	return cfg, nil
+}
+
+// connectRedis opens the feed's Redis and checks it before anything is
+// written: reachable, a Redis server, TLS trusted both ways, credentials
+// accepted, the database exists, and the feed's keys that exist have the
+// feed's types. onDenied, if not nil, is called on every command Redis
+// refuses for lack of a permission (NOPERM) later on: no retry can fix
+// that, so the caller stops.
+func connectRedis(ctx context.Context, cfg redisx.ClientConfig, keys redisx.Keys, log *slog.Logger, onDenied func(*redisx.PermissionError)) (redis.UniversalClient, error) {
+	rdb, err := redisx.NewClientWithConfig(cfg)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--redis: %w", err)}
+	}
+	if cfg.InsecureSkipVerify && log != nil {
+		warnInsecure(log, "redis-insecure", cfg.Redacted())
+	}
+	if err := redisx.Check(ctx, rdb, cfg); err != nil {
+		rdb.Close()
+		return nil, explainRedis(fmt.Errorf("--redis: %w", err), "redis", cfg)
+	}
+	if err := redisx.CheckKeyTypes(ctx, rdb, keys); err != nil {
+		rdb.Close()
+		var wt *redisx.WrongTypeError
+		if errors.As(err, &wt) {
+			return nil, fmt.Errorf("feed %q: key %s in %s is a %s, not a %s: it is not this feed's; use another --feed (or Redis database), or delete the key if nothing needs it (es-changefeed leaves it alone)",
+				keys.Feed(), wt.Key, cfg.Redacted(), wt.Type, wt.Want)
+		}
+		return nil, explainRedis(err, "redis", cfg)
+	}
+	if onDenied != nil {
+		rdb.AddHook(redisx.PermissionHook(onDenied))
+	}
+	return rdb, nil
+}
+
+// explainRedis adds to a Redis error what to do about it, naming the
+// flags of prefix ("redis" or "cache-redis").
+func explainRedis(err error, prefix string, cfg redisx.ClientConfig) error {
+	var pe *redisx.PermissionError
+	switch {
+	case errors.As(err, &pe) && pe.Command == "":
+		return fmt.Errorf("%v: the Redis user %s may not use a key it needs: grant it the feed's keys (ACL SETUSER <user> ~escf:{<feed>}:*); %s lists the ACL rules es-changefeed needs",
+			err, redisUser(cfg), securityDoc)
+	case errors.As(err, &pe) && pe.InScript:
+		return fmt.Errorf("%v: the Redis user %s may run %s but not a command its script calls: grant those (the lease's scripts call GET, PEXPIRE and DEL; the redis sink's HGET, HSET, SET and DEL); %s lists the ACL rules es-changefeed needs",
+			err, redisUser(cfg), strings.ToUpper(pe.Command), securityDoc)
+	case errors.As(err, &pe):
+		return fmt.Errorf("%v: the Redis user %s lacks this permission: grant it (ACL SETUSER <user> +%s and the key pattern ~escf:{<feed>}:*); %s lists the ACL rules es-changefeed needs",
+			err, redisUser(cfg), pe.Command, securityDoc)
+	case redisx.IsNoPerm(err):
+		return fmt.Errorf("%v: the Redis user %s lacks a permission: grant it the commands and the feed's keys (~escf:{<feed>}:*); %s lists the ACL rules es-changefeed needs",
+			err, redisUser(cfg), securityDoc)
+	case errors.Is(err, redisx.ErrAuth):
+		return fmt.Errorf("%v: check the user and password (in --%s, --%s-password or --%s-password-file)", err, prefix, prefix, prefix)
+	case errors.Is(err, redisx.ErrTLSUntrusted):
+		return fmt.Errorf("%v: pass --%s-ca-cert FILE with the PEM of the CA that signed the server's certificate (Redis: tls-cert-file), or --%s-insecure to skip verification",
+			err, prefix, prefix)
+	case errors.Is(err, redisx.ErrTLSRefused):
+		return fmt.Errorf("%v: the server may want a client certificate (tls-auth-clients yes): pass --%s-client-cert and --%s-client-key, signed by a CA in its tls-ca-cert-file",
+			err, prefix, prefix)
+	}
+	return err
+}
+
+// redisUser names the Redis user of a URL for messages ("default" when
+// the URL names none).
+func redisUser(cfg redisx.ClientConfig) string {
+	if u, err := url.Parse(cfg.URL); err == nil && u.User != nil && u.User.Username() != "" {
+		return fmt.Sprintf("%q", u.User.Username())
+	}
+	return `"default"`
+}
+
+// permissionStop makes the first NOPERM a process sees stop it: cancel
+// ends ctx with the denial as its cause, and deniedCause finds it again.
+func permissionStop(cancel context.CancelCauseFunc) func(*redisx.PermissionError) {
+	return func(pe *redisx.PermissionError) { cancel(pe) }
+}
+
+// deniedCause returns the NOPERM that ended ctx (explained), or nil.
+func deniedCause(ctx context.Context, cfg redisx.ClientConfig) error {
+	var pe *redisx.PermissionError
+	if cause := context.Cause(ctx); errors.As(cause, &pe) {
+		return explainRedis(fmt.Errorf("Redis at %s refused a command: %w", cfg.Redacted(), pe), "redis", cfg)
+	}
+	return nil
+}
+
+// setFlags returns the names among flags that are set.
+func setFlags(cmd *cli.Command, flags []string) []string {
+	var out []string
+	for _, f := range flags {
+		if cmd.IsSet(f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// connectCache opens and checks the redis sink's own Redis (--cache-redis
+// and its flags).
+func connectCache(ctx context.Context, cmd *cli.Command, log *slog.Logger) (redis.UniversalClient, error) {
+	cfg, err := redisConfig(cmd, "cache-redis")
+	if err != nil {
+		return nil, err
+	}
+	rdb, err := redisx.NewClientWithConfig(cfg)
+	if err != nil {
+		return nil, usagef("--cache-redis: %v", err)
+	}
+	if cfg.InsecureSkipVerify {
+		warnInsecure(log, "cache-redis-insecure", cfg.Redacted())
+	}
+	if err := redisx.Check(ctx, rdb, cfg); err != nil {
+		rdb.Close()
+		return nil, explainRedis(fmt.Errorf("--cache-redis: %w", err), "cache-redis", cfg)
+	}
+	return rdb, nil
+}
+
+// closingSink is a sink whose Redis client main opened: Close closes both.
+type closingSink struct {
+	sink.Sink
+	client redis.UniversalClient
+}
+
+func (s closingSink) Close(ctx context.Context) error {
+	err := s.Sink.Close(ctx)
+	if cerr := s.client.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,150 @@
+package redisx
+
+// The partition count a feed records, and the check every command makes
+// against it. Written for the consumer and status side of issue #10; the
+// relay side (run, resync) may use it as well: ReadPartitions/CheckPartitions
+// only read, RecordPartitions is the relay's HSETNX.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MetaPartitions is the field of the feed-level meta hash
+// (NewKeys(feed).Meta()) that records the feed's partition count. The
+// first relay run with --partitions P > 1 writes it (HSETNX); it never
+// changes afterwards.
+const MetaPartitions = "partitions"
+
+// MaxPartitions bounds --partitions.
+const MaxPartitions = 1024
+
+// PartitionRecord is what a feed's meta hash says of its partitions.
+type PartitionRecord struct {
+	// Partitions is the recorded count; 0 when none is recorded.
+	Partitions int
+	// Unpartitioned is set when the feed exists without a recorded count:
+	// its meta hash exists (a relay with one partition followed an index)
+	// without the partitions field.
+	Unpartitioned bool
+}
+
+// Effective is the partition count to use: the recorded one, else 1.
+func (r PartitionRecord) Effective() int { return max(r.Partitions, 1) }
+
+// PartitionsError is a --partitions that does not match the feed.
+type PartitionsError struct {
+	Feed string
+	// Recorded is the feed's count (1 for a feed that exists unpartitioned).
+	Recorded int
+	// Passed is the count asked for.
+	Passed int
+}
+
+func (e *PartitionsError) Error() string {
+	meta := NewKeys(e.Feed).Meta()
+	fix := "changing the partition count of a feed is not supported (its shards' positions live in their partition)"
+	if e.Recorded <= 1 {
+		return fmt.Sprintf("feed %s exists with one partition (%s has no %s field); you passed --partitions %d: "+
+			"pass --partitions 1 (or leave it out), or start a new feed; %s", e.Feed, meta, MetaPartitions, e.Passed, fix)
+	}
+	return fmt.Sprintf("feed %s has %d partitions (%s %s); you passed --partitions %d: pass --partitions %d, or start a new feed; %s",
+		e.Feed, e.Recorded, meta, MetaPartitions, e.Passed, e.Recorded, fix)
+}
+
+// ErrBadPartitions marks a recorded partition count that is not one.
+var ErrBadPartitions = errors.New("bad partition count")
+
+// ParsePartitionRecord reads the record from a feed-level meta hash already
+// fetched (HGETALL): for callers that read it anyway (status).
+func ParsePartitionRecord(feed string, meta map[string]string) (PartitionRecord, error) {
+	v, ok := meta[MetaPartitions]
+	if !ok {
+		return PartitionRecord{Unpartitioned: len(meta) > 0}, nil
+	}
+	return parsePartitions(feed, v)
+}
+
+func parsePartitions(feed, v string) (PartitionRecord, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > MaxPartitions {
+		return PartitionRecord{}, fmt.Errorf("%w: %s field %s = %q: want an integer in 1..%d (was it edited by hand?)",
+			ErrBadPartitions, NewKeys(feed).Meta(), MetaPartitions, v, MaxPartitions)
+	}
+	return PartitionRecord{Partitions: n}, nil
+}
+
+// ReadPartitions reads the feed's partition record with HGET and TYPE on
+// its feed-level meta hash (one slot; commands every user of the feed may
+// run).
+func ReadPartitions(ctx context.Context, rdb redis.UniversalClient, feed string) (PartitionRecord, error) {
+	key := NewKeys(feed).Meta()
+	pipe := rdb.Pipeline()
+	get := pipe.HGet(ctx, key, MetaPartitions)
+	typ := pipe.Type(ctx, key)
+	_, err := pipe.Exec(ctx)
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return PartitionRecord{}, fmt.Errorf("read the partition count of feed %s (%s): %w", feed, key, err)
+	}
+	v, gerr := get.Result()
+	switch {
+	case errors.Is(gerr, redis.Nil):
+		return PartitionRecord{Unpartitioned: typ.Val() == "hash"}, nil
+	case gerr != nil:
+		return PartitionRecord{}, fmt.Errorf("read the partition count of feed %s (%s): %w", feed, key, gerr)
+	}
+	return parsePartitions(feed, v)
+}
+
+// Check refuses a partition count that does not match the record
+// (*PartitionsError): a recorded count other than passed, or passed > 1
+// for a feed that exists with one partition. A feed with no record and no
+// meta hash accepts any count.
+func (r PartitionRecord) Check(feed string, passed int) error {
+	passed = max(passed, 1)
+	switch {
+	case r.Partitions > 0 && r.Partitions != passed:
+		return &PartitionsError{Feed: feed, Recorded: r.Partitions, Passed: passed}
+	case r.Partitions == 0 && r.Unpartitioned && passed > 1:
+		return &PartitionsError{Feed: feed, Recorded: 1, Passed: passed}
+	}
+	return nil
+}
+
+// CheckPartitions reads the feed's record (ReadPartitions) and checks
+// passed against it (PartitionRecord.Check).
+func CheckPartitions(ctx context.Context, rdb redis.UniversalClient, feed string, passed int) error {
+	r, err := ReadPartitions(ctx, rdb, feed)
+	if err != nil {
+		return err
+	}
+	return r.Check(feed, passed)
+}
+
+// RecordPartitions checks partitions against the feed's record and, for a
+// feed with none and partitions > 1, records it (HSETNX on the feed-level
+// meta hash; a concurrent writer's count wins and is checked against).
+// With partitions <= 1 it only checks: a feed with one partition records
+// nothing, as before partitions existed.
+func RecordPartitions(ctx context.Context, rdb redis.UniversalClient, feed string, partitions int) error {
+	r, err := ReadPartitions(ctx, rdb, feed)
+	if err != nil {
+		return err
+	}
+	if err := r.Check(feed, partitions); err != nil || r.Partitions > 0 || partitions <= 1 {
+		return err
+	}
+	key := NewKeys(feed).Meta()
+	set, err := rdb.HSetNX(ctx, key, MetaPartitions, strconv.Itoa(partitions)).Result()
+	if err != nil {
+		return fmt.Errorf("record the partition count of feed %s (%s): %w", feed, key, err)
+	}
+	if set {
+		return nil
+	}
+	return CheckPartitions(ctx, rdb, feed, partitions)
+}

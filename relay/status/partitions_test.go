@@ -1,0 +1,67 @@
+package status_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/relay/status"
+	"github.com/es-changefeed/es-changefeed/tests/redistest"
+)
+
+// TestGather_NoStreamYet: a feed, or a partition, without a stream yet
+// (no event so far) is reported, not an error.
+func TestGather_NoStreamYet(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	rep, err := status.Gather(ctx, status.Sources{Redis: rdb, Keys: redisx.NewKeys("fresh")})
+	if err != nil {
+		t.Fatalf("Gather of a feed without a stream: %v", err)
+	}
+	if rep.Stream.Length != 0 || rep.Healthy {
+		t.Fatalf("report %+v: want an empty stream, unhealthy (no lease)", rep)
+	}
+
+	const P = 3
+	k1 := redisx.PartitionKeys("parts", 1, P)
+	e := redisx.Event{Op: redisx.OpUpsert, Index: "i", IndexUUID: "u", Shard: 0, ID: "a", Source: []byte(`{}`)}
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: k1.Events(), Values: e.Values()}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.HSet(ctx, k1.Meta(), "created", "2026-12-01T00:00:00Z")
+	if err := rdb.XGroupCreate(ctx, k1.Events(), "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := status.GatherPartitions(ctx, status.Sources{Redis: rdb, Keys: redisx.NewKeys("parts")}, P)
+	if err != nil {
+		t.Fatalf("GatherPartitions with partitions 0 and 2 empty: %v", err)
+	}
+	if got, want := len(pr.Partition), P; got != want {
+		t.Fatalf("%d partition reports, want %d", got, want)
+	}
+	if pr.Totals.StreamLength != 1 || pr.Partition[1].Stream.Length != 1 || pr.Partition[0].Stream.Length != 0 {
+		t.Errorf("stream lengths: total %d, partition 0 %d, partition 1 %d; want 1, 0, 1",
+			pr.Totals.StreamLength, pr.Partition[0].Stream.Length, pr.Partition[1].Stream.Length)
+	}
+	problems := strings.Join(pr.Problems, "\n")
+	for _, want := range []string{"partition 0: no relay holds the lease", "partition 2: no relay holds the lease",
+		"group g reads 1 of the 3 partitions (not 0, 2)"} {
+		if !strings.Contains(problems, want) {
+			t.Errorf("problems:\n%s\nwant %q", problems, want)
+		}
+	}
+	if pr.Healthy {
+		t.Error("healthy with free leases")
+	}
+	var b strings.Builder
+	if err := pr.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "0 of 3 held") {
+		t.Errorf("text:\n%s", b.String())
+	}
+}
