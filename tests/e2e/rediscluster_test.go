@@ -145,29 +145,7 @@ func parseRollbacks(out string) rollbackLog {
 // again.
 func repairDeletes(tb testing.TB, r *redisFaultRig) int {
 	tb.Helper()
-	uuid := indexUUID(tb, r.src, rigIndex)
-	deleted := map[docKey]bool{}
-	for n := 0; ; n++ {
-		st, err := r.src.ShardState(rigIndex, n)
-		if err != nil {
-			break
-		}
-		primary := 0
-		for i, c := range st.Copies {
-			if c.Primary && c.Started {
-				primary = i
-			}
-		}
-		ops, err := r.src.History(rigIndex, n, primary)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		for _, o := range ops {
-			if o.Type == "delete" {
-				deleted[docKey{uuid, n, o.ID}] = true
-			}
-		}
-	}
+	deleted := deleteOps(tb, r.src, rigIndex)
 	delivered := map[docKey]bool{}
 	n := 0
 	for _, e := range entries(tb, r.rdb, r.f.keys.Events()) {
@@ -176,7 +154,7 @@ func repairDeletes(tb testing.TB, r *redisFaultRig) int {
 		case redisx.OpUpsert:
 			delivered[k] = true
 		case redisx.OpDelete:
-			if !delivered[k] && deleted[k] {
+			if !delivered[k] && len(deleted[k]) > 0 {
 				n++
 			}
 		}

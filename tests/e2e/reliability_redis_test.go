@@ -573,30 +573,7 @@ func (pf *powerFailure) account(tb testing.TB, r *redisFaultRig, note *string) (
 	}
 	// Deletes of documents the surviving stream never delivered, whose
 	// rolled-back upsert was deleted since in the cluster.
-	history := map[docKey][]int64{}
-	uuid := indexUUID(tb, r.src, rigIndex)
-	for n := 0; ; n++ {
-		st, err := r.src.ShardState(rigIndex, n)
-		if err != nil {
-			break
-		}
-		primary := 0
-		for i, c := range st.Copies {
-			if c.Primary && c.Started {
-				primary = i
-			}
-		}
-		ops, err := r.src.History(rigIndex, n, primary)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		for _, o := range ops {
-			if o.Type == "delete" {
-				k := docKey{uuid, n, o.ID}
-				history[k] = append(history[k], o.SeqNo)
-			}
-		}
-	}
+	history := deleteOps(tb, r.src, rigIndex)
 	delivered := map[docKey]bool{}
 	for _, e := range final {
 		k := docKey{e.IndexUUID, e.Shard, e.ID}
@@ -627,6 +604,37 @@ func (pf *powerFailure) account(tb testing.TB, r *redisFaultRig, note *string) (
 		pf.before.group.Pending, pf.after.group.Pending,
 		again, rolledUpserts-again, deletesAgain, repairDeletes, repeats)
 	return repairDeletes
+}
+
+// deleteOps returns the seq nos of every delete op in the histories of an
+// index's shards (their primaries'), by document.
+func deleteOps(tb testing.TB, c *esemu.Cluster, index string) map[docKey][]int64 {
+	tb.Helper()
+	out := map[docKey][]int64{}
+	uuid := indexUUID(tb, c, index)
+	for n := 0; ; n++ {
+		st, err := c.ShardState(index, n)
+		if err != nil {
+			break
+		}
+		primary := 0
+		for i, cp := range st.Copies {
+			if cp.Primary && cp.Started {
+				primary = i
+			}
+		}
+		ops, err := c.History(index, n, primary)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, o := range ops {
+			if o.Type == "delete" {
+				k := docKey{uuid, n, o.ID}
+				out[k] = append(out[k], o.SeqNo)
+			}
+		}
+	}
+	return out
 }
 
 // lessStreamID compares stream ids ("ms-seq").
