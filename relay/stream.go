@@ -77,21 +77,36 @@ func (r *Relay) groups(ctx context.Context) ([]groupState, error) {
 		}
 		return nil, fmt.Errorf("XINFO GROUPS %s: %w", stream, err)
 	}
-	var added int64 = -1
+	var info *redis.XInfoStream
+	streamInfo := func() (*redis.XInfoStream, error) {
+		if info == nil {
+			i, err := rdb.XInfoStream(ctx, stream).Result()
+			if err != nil {
+				return nil, fmt.Errorf("XINFO STREAM %s: %w", stream, err)
+			}
+			info = i
+		}
+		return info, nil
+	}
 	out := make([]groupState, 0, len(infos))
 	for _, g := range infos {
 		gs := groupState{name: g.Name, lag: g.Lag, lastDelivered: g.LastDeliveredID}
-		if gs.lag < 0 {
-			// Redis cannot tell the lag (entries deleted in between): count
-			// from what was added and what the group read.
-			if added < 0 {
-				info, err := rdb.XInfoStream(ctx, stream).Result()
-				if err != nil {
-					return nil, err
-				}
-				added = info.EntriesAdded
+		if gs.lag != 0 {
+			si, err := streamInfo()
+			if err != nil {
+				return nil, err
 			}
-			gs.lag = added - g.EntriesRead
+			switch {
+			case g.LastDeliveredID == si.LastGeneratedID:
+				// The group read the last entry: nothing is unread, whatever
+				// the lag says (Redis 7.0 reports a stale one after a
+				// failover; a relay paused on it would never resume).
+				gs.lag = 0
+			case gs.lag < 0:
+				// Redis cannot tell the lag (entries deleted in between):
+				// count from what was added and what the group read.
+				gs.lag = si.EntriesAdded - g.EntriesRead
+			}
 		}
 		if g.Pending > 0 {
 			p, err := rdb.XPending(ctx, stream, g.Name).Result()

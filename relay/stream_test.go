@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
@@ -50,5 +52,47 @@ func TestGroups_NoStreamYet(t *testing.T) {
 	gs, err := r.groups(context.Background())
 	if err != nil || len(gs) != 0 {
 		t.Fatalf("groups of a feed without a stream = %v, %v; want none and no error", gs, err)
+	}
+}
+
+// A group that read the last entry has nothing unread, whatever lag Redis
+// reports: after a failover Redis 7.0 reports a stale one (made here with
+// XGROUP SETID … ENTRIESREAD 0), and a relay paused on it would never
+// resume, since it writes nothing new for the group to read.
+func TestGroups_StaleLagOfAGroupThatReadEverything(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	keys := redisx.NewKeys("stalelag")
+	lease, err := redisx.NewLease(redisx.LeaseConfig{Client: rdb, Key: keys.Lease(), TTL: time.Second, Owner: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := checkpoint.New(checkpoint.Config{Client: rdb, Keys: keys, Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := keys.Events()
+	for i := 0; i < 50; i++ {
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"op", "upsert"}})
+	}
+	rdb.XGroupCreate(ctx, stream, "done", "$")
+	rdb.XGroupCreate(ctx, stream, "behind", "0")
+	if err := rdb.Do(ctx, "XGROUP", "SETID", stream, "done", "$", "ENTRIESREAD", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if g := rdb.XInfoGroups(ctx, stream).Val(); len(g) != 2 || g[1].Lag != 50 {
+		t.Fatalf("the setup did not make Redis report a stale lag: %+v", g)
+	}
+	r := &Relay{cfg: Config{Store: store}}
+	gs, err := r.groups(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lags := map[string]int64{}
+	for _, g := range gs {
+		lags[g.name] = g.lag
+	}
+	if lags["done"] != 0 || lags["behind"] != 50 {
+		t.Fatalf("lags %v: want done 0 (it read the last entry), behind 50", lags)
 	}
 }

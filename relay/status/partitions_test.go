@@ -65,3 +65,31 @@ func TestGather_NoStreamYet(t *testing.T) {
 		t.Errorf("text:\n%s", b.String())
 	}
 }
+
+// A group that read the last entry lags by 0, whatever lag Redis reports
+// (Redis 7.0 reports a stale one after a failover: made here with XGROUP
+// SETID … ENTRIESREAD 0).
+func TestGather_StaleLagOfAGroupThatReadEverything(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	k := redisx.NewKeys("stale")
+	e := redisx.Event{Op: redisx.OpUpsert, Index: "i", IndexUUID: "u", Shard: 0, ID: "a", Source: []byte(`{}`)}
+	for i := 0; i < 20; i++ {
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Events(), Values: e.Values()})
+	}
+	rdb.HSet(ctx, k.Meta(), "created", "2026-12-01T00:00:00Z")
+	rdb.XGroupCreate(ctx, k.Events(), "g", "$")
+	if err := rdb.Do(ctx, "XGROUP", "SETID", k.Events(), "g", "$", "ENTRIESREAD", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if g := rdb.XInfoGroups(ctx, k.Events()).Val(); len(g) != 1 || g[0].Lag != 20 {
+		t.Fatalf("the setup did not make Redis report a stale lag: %+v", g)
+	}
+	rep, err := status.Gather(ctx, status.Sources{Redis: rdb, Keys: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Groups) != 1 || rep.Groups[0].Lag != 0 {
+		t.Fatalf("groups %+v: want g with lag 0 (it read the last entry)", rep.Groups)
+	}
+}

@@ -199,7 +199,10 @@ func Gather(ctx context.Context, src Sources) (Report, error) {
 		}
 		for _, g := range groups {
 			grp := Group{Name: g.Name, Pending: g.Pending, Lag: g.Lag, LastDelivered: g.LastDeliveredID, Consumers: []Consumer{}}
-			if grp.Lag < 0 {
+			switch {
+			case g.LastDeliveredID == info.LastGeneratedID:
+				grp.Lag = 0 // it read the last entry (Redis 7.0 may report a stale lag after a failover)
+			case grp.Lag < 0:
 				grp.Lag = info.EntriesAdded - g.EntriesRead
 			}
 			consumers, err := rdb.XInfoConsumers(ctx, k.Events(), g.Name).Result()
