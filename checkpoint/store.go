@@ -718,6 +718,13 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 		}
 		return nil
 	}, watched...)
+	if err == nil && count == nil {
+		// go-redis's ClusterClient.Watch ends its redirect retries (MOVED,
+		// READONLY, a closed pool: a failover under way) with a nil error
+		// when the last retry's WATCH failed, without running fn. Nothing
+		// was sent: the commit did not happen and may be retried.
+		err = errTxNotRun
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, redis.TxFailedErr):
@@ -735,6 +742,10 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 	}
 	return count.Val(), nil
 }
+
+// errTxNotRun: the client returned from Watch without running the
+// transaction.
+var errTxNotRun = errors.New("the transaction was not run (Redis Cluster kept redirecting the WATCH; a failover may be under way)")
 
 func toAny(ss []string) []any {
 	out := make([]any, len(ss))

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
@@ -257,5 +259,47 @@ func TestStore_RolledBackThenRebased(t *testing.T) {
 	}
 	if rb, err := st.Rebase(ctx); err != nil || rb.Commits != 0 {
 		t.Errorf("Rebase with nothing lost = %+v, %v", rb, err)
+	}
+}
+
+// watchSkipper is a client whose Watch returns nil without running the
+// transaction, as go-redis's ClusterClient.Watch does when its last
+// redirect retry's WATCH fails (MOVED or READONLY during a failover).
+type watchSkipper struct{ redis.UniversalClient }
+
+func (watchSkipper) Watch(context.Context, func(*redis.Tx) error, ...string) error { return nil }
+
+// TestStore_CommitWatchNotRun: a Watch that returns nil without running
+// the transaction is a failed commit (retried by the relay), never a
+// success and never a panic.
+func TestStore_CommitWatchNotRun(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	rdb, err := redisx.NewClient(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	keys := redisx.NewKeys("skipped")
+	lease, err := redisx.NewLease(redisx.LeaseConfig{Client: rdb, Key: keys.Lease(), TTL: time.Minute, Owner: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := lease.TryAcquire(ctx); !ok || err != nil {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	st, err := checkpoint.New(checkpoint.Config{Client: watchSkipper{rdb}, Keys: keys, Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.Commit(ctx, checkpoint.Batch{
+		Events:      []redisx.Event{upsert("U", 0, "a", 0)},
+		Checkpoints: map[checkpoint.ShardID]int64{{IndexUUID: "U", Shard: 0}: 0},
+	})
+	if err == nil || !strings.Contains(err.Error(), "not run") {
+		t.Fatalf("Commit through a Watch that ran nothing: err = %v, want an error saying the transaction was not run", err)
+	}
+	if n, _ := rdb.XLen(ctx, keys.Events()).Result(); n != 0 {
+		t.Errorf("stream has %d entries, want 0", n)
 	}
 }
