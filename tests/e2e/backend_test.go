@@ -424,6 +424,7 @@ func (e emuInspector) cliArgs() []string { return []string{"--es", e.c.URL()} }
 // the chosen tests log that they run on that URL and pass; a test that
 // needs the emulator's controls skips, saying why.
 func TestBackend_RealClusterSwitch(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("ESCF_TEST_ES_URL") != "" {
 		t.Skip("already running against ESCF_TEST_ES_URL")
 	}

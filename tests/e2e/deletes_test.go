@@ -241,7 +241,7 @@ func countOps(evs []redisx.Event, id string, op redisx.Op) int {
 // TestDeletes_AppendOnlyCostsNothing: an index that only gets new documents
 // never needs a listing, a count, or a scroll/PIT: the gap proof holds.
 func TestDeletes_AppendOnlyCostsNothing(t *testing.T) {
-	d := 60 * time.Second
+	d := 20 * time.Second
 	if testing.Short() {
 		d = 5 * time.Second
 	}

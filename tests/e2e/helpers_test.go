@@ -296,6 +296,40 @@ func waitCaughtUp(tb testing.TB, c backend, store *checkpoint.Store, indices []s
 	tb.Fatalf("the feed did not catch up within %s: %s", timeout, why)
 }
 
+// waitReached waits until the relay's checkpoints reach the global
+// checkpoints of now: unlike waitCaughtUp it ends while writers go on
+// (their ops in flight keep the global checkpoint below the max seq no at
+// most instants).
+func waitReached(tb testing.TB, c backend, store *checkpoint.Store, indices []string, timeout time.Duration) {
+	tb.Helper()
+	want := map[checkpoint.ShardID]int64{}
+	for _, ix := range indices {
+		uuid := indexUUID(tb, c, ix)
+		for n, ss := range inspect(c).shards(tb, ix) {
+			want[checkpoint.ShardID{IndexUUID: uuid, Shard: n}] = ss.gcp
+		}
+	}
+	deadline := time.Now().Add(timeout)
+	var why string
+	for time.Now().Before(deadline) {
+		why = ""
+		st, err := store.Load(context.Background())
+		if err != nil {
+			why = err.Error()
+		}
+		for id, gcp := range want {
+			if cp, ok := st.Checkpoints[id]; why == "" && gcp >= 0 && (!ok || cp < gcp) {
+				why = fmt.Sprintf("%s: checkpoint %d (stored %v), below the global checkpoint %d", id, cp, ok, gcp)
+			}
+		}
+		if why == "" {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	tb.Fatalf("the relay did not reach the global checkpoints of %s ago: %s", timeout, why)
+}
+
 func caughtUp(tb testing.TB, c backend, store *checkpoint.Store, indices []string) string {
 	st, err := store.Load(context.Background())
 	if err != nil {

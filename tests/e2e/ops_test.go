@@ -200,6 +200,7 @@ func TestTrim_NeverRemovesUnacked(t *testing.T) {
 // stream (Redis memory) stays bounded; when the consumer resumes, the relay
 // reads on and the mirror is exact.
 func TestBackpressure_BoundedStreamThenExactMirror(t *testing.T) {
+	t.Parallel()
 	src := cluster(t, esemu.Config{Nodes: 2})
 	dst := cluster(t, esemu.Config{})
 	createIndex(t, src, "orders", 2, 1)

@@ -193,6 +193,7 @@ func TestRedisCluster_Mirror(t *testing.T) {
 // relay finds the commits the failover lost and reads them again. The
 // audit and the mirror are exact either way; the lost commits are counted.
 func TestReliability_RedisClusterFailover(t *testing.T) {
+	t.Parallel()
 	wait := []string{"--wait-replicas", "1"}
 	for _, tc := range []struct {
 		name  string

@@ -295,6 +295,7 @@ func (r *redisFaultRig) checkOutageLogs(tb testing.TB, faults int) string {
 // fails is logged once per outage with its end; afterwards the mirror is
 // exact, the group is done and the stream audits clean.
 func TestReliability_RedisPaused(t *testing.T) {
+	t.Parallel()
 	const pauses, frozen = 3, 5 * time.Second
 	binary(t)
 	srv := redistest.Start(t)
@@ -331,6 +332,7 @@ func TestReliability_RedisPaused(t *testing.T) {
 // from the cluster, and make sure consumers that applied documents from
 // the lost entries get the deletes of those gone since.
 func TestReliability_RedisRestartedAOF(t *testing.T) {
+	t.Parallel()
 	for _, fsync := range []string{"always", "everysec"} {
 		t.Run(fsync, func(t *testing.T) {
 			const kills = 3
@@ -656,7 +658,7 @@ func TestReliability_RedisRestartedEmpty(t *testing.T) {
 	srv := redistest.Start(t)
 	r := startRedisFaultRig(t, srv, "volatile", 0)
 	ctx := context.Background()
-	waitCaughtUp(t, r.src, r.f.store, []string{rigIndex}, 30*time.Second)
+	waitReached(t, r.src, r.f.store, []string{rigIndex}, 30*time.Second)
 	time.Sleep(time.Second)
 	before, _ := r.rdb.XLen(ctx, r.f.keys.Events()).Result()
 	srv.Restart()

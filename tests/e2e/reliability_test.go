@@ -105,6 +105,7 @@ func binaryFeed(tb testing.TB, srv *redistest.Server, name string) *feed {
 // no (index, shard, seq_no) twice, no delete twice or false, and it replays
 // to exactly the index.
 func TestReliability_RelaySIGKILL(t *testing.T) {
+	t.Parallel()
 	kills := 20
 	if testing.Short() {
 		kills = 5
@@ -141,6 +142,7 @@ func TestReliability_RelaySIGKILL(t *testing.T) {
 // versions), nothing is pending or dead-lettered, and the redeliveries
 // (entries a killed consumer left pending) are counted.
 func TestReliability_ConsumerSIGKILL(t *testing.T) {
+	t.Parallel()
 	d, kills := 10*time.Second, 20
 	if testing.Short() {
 		d, kills = 3*time.Second, 4
@@ -525,6 +527,7 @@ func waitFaultsTaken(tb testing.TB, c *esemu.Cluster, timeout time.Duration) {
 // many rounds, for both listing methods: zero false deletes; scans retry
 // and complete once the faults clear.
 func TestReliability_ESFaultsDuringScans(t *testing.T) {
+	t.Parallel()
 	for _, listing := range []string{"pit", "scroll"} {
 		t.Run(listing, func(t *testing.T) {
 			c := cluster(t, esemu.Config{Nodes: 3, OutOfOrder: true, NodeLeftDelay: 200 * time.Millisecond})
@@ -650,6 +653,7 @@ func TestReliability_TwoRelays(t *testing.T) {
 // over twice; on restart it catches up exactly, including the backing
 // index created while it was away and the deletes made meanwhile.
 func TestReliability_LongOutage(t *testing.T) {
+	t.Parallel()
 	outage := 15 * time.Second
 	if testing.Short() {
 		outage = 3 * time.Second

@@ -67,6 +67,7 @@ func oddSources() map[string]string {
 // are created with "enabled": false, as one would for documents too deep
 // for index.mapping.depth.limit on a real cluster.
 func TestRoundTrip_UnusualDocuments(t *testing.T) {
+	t.Parallel()
 	for _, fl := range []esemu.Flavor{esemu.FlavorES9, esemu.FlavorOpenSearch2} {
 		t.Run(string(fl), func(t *testing.T) { roundTrip(t, fl) })
 	}

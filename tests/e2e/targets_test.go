@@ -382,6 +382,7 @@ func (cn *consumer) poll(tb testing.TB, f *feed) {
 // resync rebuilds the consumer's mirror exactly, dropping what was deleted
 // meanwhile.
 func TestResync_AfterFlushAll(t *testing.T) {
+	t.Parallel()
 	c := esCluster(t, esemu.Config{Nodes: 2})
 	ix := c.Index("orders")
 	createIndex(t, c, ix, 2, 1)
@@ -556,6 +557,7 @@ func TestRun_RefusesLostState(t *testing.T) {
 // documents done / total, rate and ETA; a resync reports its progress to the
 // progress callback (the bar on a terminal).
 func TestRelay_ProgressOfLargeReads(t *testing.T) {
+	t.Parallel()
 	c := esCluster(t, esemu.Config{})
 	ix := c.Index("large")
 	createIndex(t, c, ix, 2, 0)
@@ -599,6 +601,7 @@ func TestRelay_ProgressOfLargeReads(t *testing.T) {
 // without persistence) under a running relay: it stops with an error that
 // says to resync, instead of silently restarting the feed.
 func TestRelay_StateLostWhileRunning(t *testing.T) {
+	t.Parallel()
 	c := esCluster(t, esemu.Config{})
 	ix := c.Index("volatile")
 	createIndex(t, c, ix, 1, 0)
