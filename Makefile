@@ -45,28 +45,12 @@ test: redis-server docker-compose vet
 bench: redis-server
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./tests/esemu/ | tee /tmp/esemu-bench.txt
 
-# go test takes one -fuzz target per run: one line per target. New fuzz
-# targets get a line here.
+# Every fuzz target (found by its func Fuzz… line) for FUZZTIME each; one
+# instrumented test binary per package (tests/fuzz/run.sh).
 FUZZTIME ?= 10s
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzRunFlags$$' -fuzztime $(FUZZTIME) .
-	$(GO) test -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime $(FUZZTIME) ./redisx/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseEntry$$' -fuzztime $(FUZZTIME) ./redisx/
-	$(GO) test -run '^$$' -fuzz '^FuzzEventValues$$' -fuzztime $(FUZZTIME) ./redisx/
-	$(GO) test -run '^$$' -fuzz '^FuzzEventJSON$$' -fuzztime $(FUZZTIME) ./redisx/
-	$(GO) test -run '^$$' -fuzz '^FuzzNewClient$$' -fuzztime $(FUZZTIME) ./redisx/
-	$(GO) test -run '^$$' -fuzz '^FuzzRedact$$' -fuzztime $(FUZZTIME) ./redisx/
-	$(GO) test -run '^$$' -fuzz '^FuzzValidateFeed$$' -fuzztime $(FUZZTIME) ./redisx/
-	$(GO) test -run '^$$' -fuzz '^FuzzHitToEvent$$' -fuzztime $(FUZZTIME) ./relay/
-	$(GO) test -run '^$$' -fuzz '^FuzzSplitTargets$$' -fuzztime $(FUZZTIME) ./relay/
-	$(GO) test -run '^$$' -fuzz '^FuzzStreamID$$' -fuzztime $(FUZZTIME) ./relay/
-	$(GO) test -run '^$$' -fuzz '^FuzzSearchShard$$' -fuzztime $(FUZZTIME) ./relay/es/
-	$(GO) test -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime $(FUZZTIME) ./relay/es/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseKeyTemplate$$' -fuzztime $(FUZZTIME) ./relay/sink/
-	$(GO) test -run '^$$' -fuzz '^FuzzKeyTemplateKey$$' -fuzztime $(FUZZTIME) ./relay/sink/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseBulkTemplate$$' -fuzztime $(FUZZTIME) ./relay/sink/
-	$(GO) test -run '^$$' -fuzz '^FuzzHTTPConfigValidate$$' -fuzztime $(FUZZTIME) ./relay/sink/
+	FUZZTIME=$(FUZZTIME) GO=$(GO) tests/fuzz/run.sh
 
 RUNS ?= 1
 FIGURES ?= /tmp/escf-figures.jsonl

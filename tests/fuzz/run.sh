@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs every fuzz target of the module for FUZZTIME each (default 10s).
+#
+# go test takes one -fuzz target per run and rebuilds the instrumented test
+# binary each time; this builds it once per package (go test -c -fuzz) and
+# runs each target from the package's folder, so that testdata/fuzz seeds
+# are read and new failing inputs are written where go test puts them.
+# Targets are found by their `func Fuzz…(f *testing.F)` lines.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+go=${GO:-go}
+fuzztime=${FUZZTIME:-10s}
+module=$($go list -m)
+cache=$($go env GOCACHE)/fuzz
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+
+for dir in $(git ls-files '*_test.go' | xargs grep -l '^func Fuzz[A-Za-z0-9_]*(f \*testing.F)' | xargs -n1 dirname | sort -u); do
+	test=$bin/$(echo "$dir" | tr '/.' '__').test
+	echo "build ./$dir (instrumented for fuzzing)"
+	$go test -c -fuzz=. -o "$test" "./$dir"
+	pkg=$module
+	[ "$dir" = . ] || pkg=$module/$dir
+	for target in $(grep -ho '^func Fuzz[A-Za-z0-9_]*(f \*testing.F)' "$dir"/*_test.go | sed -E 's/^func (Fuzz[A-Za-z0-9_]*)\(.*/\1/'); do
+		echo "fuzz $target in ./$dir for $fuzztime"
+		(cd "$dir" && "$test" -test.run '^$' -test.fuzz "^$target\$" -test.fuzztime "$fuzztime" \
+			-test.fuzzcachedir "$cache/$pkg/" -test.paniconexit0 -test.timeout 10m)
+	done
+done
