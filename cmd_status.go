@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -94,6 +95,12 @@ func statusAction(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return explainRedis(err, "redis", rcfg)
 	}
+	return printReport(cmd, rep, rep.Healthy, len(rep.Problems))
+}
+
+// printReport writes a status report as indented JSON (--json) or as text,
+// and returns errUnhealthy when the report is not healthy.
+func printReport(cmd *cli.Command, rep interface{ WriteText(io.Writer) error }, healthy bool, problems int) error {
 	out := cmd.Root().Writer
 	if cmd.Bool("json") {
 		enc := json.NewEncoder(out)
@@ -104,8 +111,8 @@ func statusAction(ctx context.Context, cmd *cli.Command) error {
 	} else if err := rep.WriteText(out); err != nil {
 		return err
 	}
-	if !rep.Healthy {
-		return fmt.Errorf("%w: %d problem(s)", errUnhealthy, len(rep.Problems))
+	if !healthy {
+		return fmt.Errorf("%w: %d problem(s)", errUnhealthy, problems)
 	}
 	return nil
 }
@@ -117,18 +124,5 @@ func statusPartitions(ctx context.Context, cmd *cli.Command, src status.Sources,
 	if err != nil {
 		return explainRedis(err, "redis", rcfg)
 	}
-	out := cmd.Root().Writer
-	if cmd.Bool("json") {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
-	} else if err := rep.WriteText(out); err != nil {
-		return err
-	}
-	if !rep.Healthy {
-		return fmt.Errorf("%w: %d problem(s)", errUnhealthy, len(rep.Problems))
-	}
-	return nil
+	return printReport(cmd, rep, rep.Healthy, len(rep.Problems))
 }
