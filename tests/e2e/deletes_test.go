@@ -55,20 +55,9 @@ func checkDeletes(tb testing.TB, c backend, index string, evs []redisx.Event) in
 		emu = e.Cluster
 	}
 	for n := 0; emu != nil; n++ {
-		c := emu
-		st, err := c.ShardState(index, n)
-		if err != nil {
+		hist, ok := primaryHistory(tb, emu, index, n)
+		if !ok {
 			break
-		}
-		primary := 0
-		for i, cp := range st.Copies {
-			if cp.Primary && cp.Started {
-				primary = i
-			}
-		}
-		hist, err := c.History(index, n, primary)
-		if err != nil {
-			tb.Fatal(err)
 		}
 		for _, o := range hist {
 			if o.Type == "delete" {

@@ -80,6 +80,28 @@ func (a *auditResult) problem(format string, args ...any) {
 	}
 }
 
+// primaryHistory is the op history of shard n of index on its started
+// primary copy (copy 0 when none is started); ok is false when the index
+// has no shard n.
+func primaryHistory(tb testing.TB, c *esemu.Cluster, index string, n int) (ops []esemu.Op, ok bool) {
+	tb.Helper()
+	st, err := c.ShardState(index, n)
+	if err != nil {
+		return nil, false
+	}
+	primary := 0
+	for i, cp := range st.Copies {
+		if cp.Primary && cp.Started {
+			primary = i
+		}
+	}
+	ops, err = c.History(index, n, primary)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ops, true
+}
+
 // audit checks the events of the named indices against the cluster's own
 // histories:
 //   - Lost: documents whose replayed state differs from the primaries'
@@ -111,19 +133,9 @@ func audit(tb testing.TB, c *esemu.Cluster, indices []string, evs []redisx.Event
 			want[k] = d
 		}
 		for n := 0; ; n++ {
-			st, err := c.ShardState(ix, n)
-			if err != nil {
+			hist, ok := primaryHistory(tb, c, ix, n)
+			if !ok {
 				break
-			}
-			primary := -1
-			for i, cp := range st.Copies {
-				if cp.Primary && cp.Started {
-					primary = i
-				}
-			}
-			hist, err := c.History(ix, n, primary)
-			if err != nil {
-				tb.Fatal(err)
 			}
 			for _, o := range hist {
 				history[opKey{uuid, n, o.SeqNo}] = o

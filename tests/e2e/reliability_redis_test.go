@@ -615,19 +615,9 @@ func deleteOps(tb testing.TB, c *esemu.Cluster, index string) map[docKey][]int64
 	out := map[docKey][]int64{}
 	uuid := indexUUID(tb, c, index)
 	for n := 0; ; n++ {
-		st, err := c.ShardState(index, n)
-		if err != nil {
+		ops, ok := primaryHistory(tb, c, index, n)
+		if !ok {
 			break
-		}
-		primary := 0
-		for i, cp := range st.Copies {
-			if cp.Primary && cp.Started {
-				primary = i
-			}
-		}
-		ops, err := c.History(index, n, primary)
-		if err != nil {
-			tb.Fatal(err)
 		}
 		for _, o := range ops {
 			if o.Type == "delete" {
