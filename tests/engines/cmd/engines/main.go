@@ -1,0 +1,75 @@
+// Command engines runs a cluster of real Elasticsearch or OpenSearch nodes
+// from Maven Central's jars, one JVM per node, on 127.0.0.1:
+//
+//	go run ./tests/engines/cmd/engines --engine opensearch-2 --nodes 1 --http-port 9200
+//
+// It prints "ready http://127.0.0.1:<port>" (node 0's URL) when the cluster
+// is green, and runs until SIGINT or SIGTERM, then stops every JVM it
+// started. The first run of an engine downloads its jars into ~/.m2.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/es-changefeed/es-changefeed/tests/engines"
+)
+
+type settings map[string]string
+
+func (s settings) String() string { return fmt.Sprint(map[string]string(s)) }
+
+func (s settings) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q: want key=value", v)
+	}
+	s[k] = val
+	return nil
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "engines:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	extra := settings{}
+	engine := flag.String("engine", engines.DefaultEngine, "engine: "+strings.Join(engines.Names(), ", "))
+	nodes := flag.Int("nodes", engines.DefaultNodes, "number of nodes (one JVM each)")
+	port := flag.Int("http-port", 9200, "node 0's HTTP port; node i listens on port+i (0: free ports)")
+	heap := flag.String("heap", engines.DefaultHeap, "heap of each JVM")
+	dir := flag.String("dir", "", "directory for the nodes' data and logs (default: a temporary one, removed at exit)")
+	list := flag.Bool("list", false, "print the pinned engines and exit")
+	flag.Var(extra, "setting", "extra node setting key=value (repeatable)")
+	flag.Parse()
+	if *list {
+		for _, e := range engines.All() {
+			fmt.Printf("%-16s %s %s (Java %d+)\n", e.Name, e.Display(), e.Version, e.Java)
+		}
+		return nil
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fmt.Fprintf(os.Stderr, "engines: starting %d node(s) of %s (the first run downloads its jars)\n", *nodes, *engine)
+	c, err := engines.Start(ctx, engines.Config{Engine: *engine, Nodes: *nodes, HTTPPort: *port, Heap: *heap, Dir: *dir, Settings: extra})
+	if err != nil {
+		return err
+	}
+	for i := 0; i < c.Nodes(); i++ {
+		fmt.Fprintf(os.Stderr, "engines: %s at %s, log %s\n", c.NodeName(i), c.NodeURL(i), c.LogFile(i))
+	}
+	fmt.Printf("ready %s\n", c.URL())
+	<-ctx.Done()
+	stop()
+	fmt.Fprintln(os.Stderr, "engines: stopping")
+	return c.Close()
+}
