@@ -151,7 +151,7 @@ func BenchmarkScan(b *testing.B) {
 	b.Run("listing_page_5000", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			n := 0
-			_, err := client.ListShard(ctx, "big", 0, 5000, es.ListingPIT, func(refs []es.DocRef) error {
+			_, err := client.ListShard(ctx, "big", 0, "", 5000, es.ListingPIT, func(refs []es.DocRef) error {
 				n += len(refs)
 				if n >= 5000 {
 					return errStop

@@ -303,7 +303,7 @@ func (s *Scanner) scan(ctx context.Context, sh Shard) (Result, error) {
 	// document is one of them; so if as many exist as were delivered, none
 	// is gone. (A delivered document written again above the checkpoint
 	// makes the count smaller: no proof, a listing.)
-	count, err := s.cfg.ES.Count(ctx, sh.Index, sh.Shard, sh.Origin, sh.Checkpoint)
+	count, err := s.cfg.ES.Count(ctx, sh.Index, sh.Shard, sc0.Node, sh.Origin, sh.Checkpoint)
 	if err != nil {
 		return Result{}, aborted("%v", err)
 	}
@@ -351,11 +351,11 @@ func (s *Scanner) findGone(ctx context.Context, sh Shard, sc0 es.ShardCheckpoint
 	}
 	s.listings.Add(1)
 	start := time.Now()
-	countBefore, err := s.cfg.ES.Count(ctx, sh.Index, sh.Shard, -1, -1)
+	countBefore, err := s.cfg.ES.Count(ctx, sh.Index, sh.Shard, sc0.Node, -1, -1)
 	if err != nil {
 		return nil, false, aborted("%v", err)
 	}
-	listed, err := s.cfg.ES.ListShard(ctx, sh.Index, sh.Shard, s.cfg.PageSize, s.cfg.Listing, func(refs []es.DocRef) error {
+	listed, err := s.cfg.ES.ListShard(ctx, sh.Index, sh.Shard, sc0.Node, s.cfg.PageSize, s.cfg.Listing, func(refs []es.DocRef) error {
 		ids := make([]any, len(refs))
 		for i, r := range refs {
 			ids[i] = r.ID
@@ -365,7 +365,7 @@ func (s *Scanner) findGone(ctx context.Context, sh Shard, sc0 es.ShardCheckpoint
 	if err != nil {
 		return nil, false, aborted("%v", err)
 	}
-	countAfter, err := s.cfg.ES.Count(ctx, sh.Index, sh.Shard, -1, -1)
+	countAfter, err := s.cfg.ES.Count(ctx, sh.Index, sh.Shard, sc0.Node, -1, -1)
 	if err != nil {
 		return nil, false, aborted("%v", err)
 	}
@@ -396,7 +396,7 @@ func (s *Scanner) findGone(ctx context.Context, sh Shard, sc0 es.ShardCheckpoint
 	if err := s.cfg.ES.Refresh(ctx, sh.Index); err != nil {
 		return nil, false, aborted("%v", err)
 	}
-	present, err := s.cfg.ES.Present(ctx, sh.Index, sh.Shard, cands)
+	present, err := s.cfg.ES.Present(ctx, sh.Index, sh.Shard, sc0.Node, cands)
 	if err != nil {
 		return nil, false, aborted("%v", err)
 	}

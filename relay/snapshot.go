@@ -198,7 +198,7 @@ func (r *Relay) snapshotShard(ctx context.Context, name, target, uuid string, sc
 	id := checkpoint.ShardID{IndexUUID: uuid, Shard: sc.Shard}
 	for attempt := 1; ; attempt++ {
 		settled := false
-		n, err := r.cfg.ES.SnapshotShard(ctx, name, sc.Shard, r.cfg.BatchSize, es.ListingAuto, func(hits []es.Hit) error {
+		n, err := r.cfg.ES.SnapshotShard(ctx, name, sc.Shard, sc.Node, r.cfg.BatchSize, es.ListingAuto, func(hits []es.Hit) error {
 			if !settled {
 				if err := r.settle(ctx, name, sc.Shard, sc); err != nil {
 					return err

@@ -27,7 +27,7 @@ type DocRef struct {
 
 // Count returns how many documents of one shard have after < _seq_no <=
 // upTo (upTo < 0: all documents). A partial answer is an error.
-func (c *Client) Count(ctx context.Context, index string, shard int, after, upTo int64) (int64, error) {
+func (c *Client) Count(ctx context.Context, index string, shard int, node string, after, upTo int64) (int64, error) {
 	op := fmt.Sprintf("count shard %d of %s", shard, index)
 	body := map[string]any{"query": map[string]any{"match_all": map[string]any{}}}
 	if upTo >= 0 {
@@ -37,7 +37,7 @@ func (c *Client) Count(ctx context.Context, index string, shard int, after, upTo
 		Count  *int64       `json:"count"`
 		Shards shardsHeader `json:"_shards"`
 	}
-	path := "/" + url.PathEscape(index) + "/_count?preference=" + shardPreference(shard)
+	path := "/" + url.PathEscape(index) + "/_count?preference=" + shardPreference(shard, node)
 	if err := c.do(ctx, op, http.MethodPost, path, body, &r); err != nil {
 		return 0, err
 	}
@@ -50,10 +50,18 @@ func (c *Client) Count(ctx context.Context, index string, shard int, after, upTo
 	return *r.Count, nil
 }
 
-// shardPreference pins a request to shard n and, with the custom suffix,
-// to the same copy for every request of a scan.
-func shardPreference(n int) string {
-	return url.QueryEscape("_shards:" + strconv.Itoa(n) + "|escf-scan")
+// shardPreference pins a request to shard n and, when node (a node id, as
+// stats report the primary's) is known, to the copy on that node, so that
+// every request of a scan reads the same copy. Elasticsearch and OpenSearch
+// take only a preference type after "_shards:N|" (a custom string there is
+// a 400 "no Preference for [...]"), so the copy is chosen by _prefer_nodes;
+// should that node hold no copy any more, another copy answers.
+func shardPreference(n int, node string) string {
+	p := "_shards:" + strconv.Itoa(n)
+	if node != "" {
+		p += "|_prefer_nodes:" + node
+	}
+	return url.QueryEscape(p)
 }
 
 // listPage is one page of a listing search.
@@ -111,8 +119,8 @@ func (p *listPage) refs(op string, after int64, withSource bool) ([]Hit, error) 
 // listing that does not produce exactly that many documents, or any page
 // with a failed shard or a timeout, is an error, and fn's work must then be
 // thrown away. It returns the number of documents listed.
-func (c *Client) ListShard(ctx context.Context, index string, shard, pageSize int, method string, fn func([]DocRef) error) (int64, error) {
-	return c.list(ctx, index, shard, pageSize, method, false, func(hits []Hit) error {
+func (c *Client) ListShard(ctx context.Context, index string, shard int, node string, pageSize int, method string, fn func([]DocRef) error) (int64, error) {
+	return c.list(ctx, index, shard, node, pageSize, method, false, func(hits []Hit) error {
 		refs := make([]DocRef, len(hits))
 		for i, h := range hits {
 			refs[i] = DocRef{ID: h.ID, Routing: h.Routing, SeqNo: h.SeqNo}
@@ -124,19 +132,19 @@ func (c *Client) ListShard(ctx context.Context, index string, shard, pageSize in
 // SnapshotShard is ListShard with each document's _source, _version and
 // _primary_term: every live document of the shard as one frozen view holds
 // it (a resync's snapshot).
-func (c *Client) SnapshotShard(ctx context.Context, index string, shard, pageSize int, method string, fn func([]Hit) error) (int64, error) {
-	return c.list(ctx, index, shard, pageSize, method, true, fn)
+func (c *Client) SnapshotShard(ctx context.Context, index string, shard int, node string, pageSize int, method string, fn func([]Hit) error) (int64, error) {
+	return c.list(ctx, index, shard, node, pageSize, method, true, fn)
 }
 
-func (c *Client) list(ctx context.Context, index string, shard, pageSize int, method string, withSource bool, fn func([]Hit) error) (int64, error) {
+func (c *Client) list(ctx context.Context, index string, shard int, node string, pageSize int, method string, withSource bool, fn func([]Hit) error) (int64, error) {
 	if method == ListingAuto {
 		method = c.listingMethod()
 	}
 	switch method {
 	case ListingPIT:
-		return c.listPIT(ctx, index, shard, pageSize, withSource, fn)
+		return c.listPIT(ctx, index, shard, node, pageSize, withSource, fn)
 	case ListingScroll:
-		return c.listScroll(ctx, index, shard, pageSize, withSource, fn)
+		return c.listScroll(ctx, index, shard, node, pageSize, withSource, fn)
 	}
 	return 0, fmt.Errorf("listing method %q: want pit or scroll", method)
 }
@@ -189,7 +197,7 @@ func listBody(pageSize int, withSource bool) map[string]any {
 	}
 }
 
-func (c *Client) listPIT(ctx context.Context, index string, shard, pageSize int, withSource bool, fn func([]Hit) error) (n int64, err error) {
+func (c *Client) listPIT(ctx context.Context, index string, shard int, node string, pageSize int, withSource bool, fn func([]Hit) error) (n int64, err error) {
 	op := fmt.Sprintf("list shard %d of %s (point in time)", shard, index)
 	var openPath string
 	var open struct {
@@ -199,9 +207,9 @@ func (c *Client) listPIT(ctx context.Context, index string, shard, pageSize int,
 	}
 	osPaths := c.openSearchPaths()
 	if osPaths {
-		openPath = "/" + url.PathEscape(index) + "/_search/point_in_time?keep_alive=" + listKeepAlive + "&preference=" + shardPreference(shard)
+		openPath = "/" + url.PathEscape(index) + "/_search/point_in_time?keep_alive=" + listKeepAlive + "&preference=" + shardPreference(shard, node)
 	} else {
-		openPath = "/" + url.PathEscape(index) + "/_pit?keep_alive=" + listKeepAlive + "&preference=" + shardPreference(shard)
+		openPath = "/" + url.PathEscape(index) + "/_pit?keep_alive=" + listKeepAlive + "&preference=" + shardPreference(shard, node)
 	}
 	if err := c.do(ctx, op, http.MethodPost, openPath, nil, &open); err != nil {
 		return 0, err
@@ -276,10 +284,10 @@ func (c *Client) closePIT(id string, osPaths bool) {
 	_ = c.do(ctx, "close point in time", http.MethodDelete, "/_pit", map[string]any{"id": id}, nil)
 }
 
-func (c *Client) listScroll(ctx context.Context, index string, shard, pageSize int, withSource bool, fn func([]Hit) error) (n int64, err error) {
+func (c *Client) listScroll(ctx context.Context, index string, shard int, node string, pageSize int, withSource bool, fn func([]Hit) error) (n int64, err error) {
 	op := fmt.Sprintf("list shard %d of %s (scroll)", shard, index)
 	var page listPage
-	path := "/" + url.PathEscape(index) + "/_search?scroll=" + listKeepAlive + "&preference=" + shardPreference(shard)
+	path := "/" + url.PathEscape(index) + "/_search?scroll=" + listKeepAlive + "&preference=" + shardPreference(shard, node)
 	if err := c.do(ctx, op, http.MethodPost, path, listBody(pageSize, withSource), &page); err != nil {
 		return 0, err
 	}
@@ -352,7 +360,7 @@ func (c *Client) CountIndex(ctx context.Context, index string) (int64, error) {
 
 // Present returns which of ids are live in one shard now (an ids query,
 // _source off). A partial answer is an error.
-func (c *Client) Present(ctx context.Context, index string, shard int, ids []string) (map[string]DocRef, error) {
+func (c *Client) Present(ctx context.Context, index string, shard int, node string, ids []string) (map[string]DocRef, error) {
 	op := fmt.Sprintf("re-check %d ids in shard %d of %s", len(ids), shard, index)
 	out := make(map[string]DocRef, len(ids))
 	for start := 0; start < len(ids); start += 1000 {
@@ -365,7 +373,7 @@ func (c *Client) Present(ctx context.Context, index string, shard int, ids []str
 			"track_total_hits":    true,
 		}
 		var page listPage
-		path := "/" + url.PathEscape(index) + "/_search?preference=" + shardPreference(shard)
+		path := "/" + url.PathEscape(index) + "/_search?preference=" + shardPreference(shard, node)
 		if err := c.do(ctx, op, http.MethodPost, path, body, &page); err != nil {
 			return nil, err
 		}

@@ -1,12 +1,17 @@
 package e2e
 
 // One suite, two backends. By default every test starts its own emulator.
-// With ESCF_TEST_ES_URL set (and optionally ESCF_TEST_ES_USER,
-// ESCF_TEST_ES_PASSWORD, ESCF_TEST_ES_CA_CERT), the tests that need only a
-// plain cluster run against that cluster instead (esCluster), each under
-// index names of its own that it deletes at the end; the tests that need
-// the emulator's controls (held writes, node kills, faults, op histories,
-// request counts, flavors) skip, saying so (cluster).
+// With ESCF_TEST_ENGINE set to an engine of tests/engines (opensearch-2,
+// …, elasticsearch-9), the package starts one real node of that engine
+// from Maven Central's jars and stops it at the end (TestMain); with
+// ESCF_TEST_ES_URL set (and optionally ESCF_TEST_ES_USER,
+// ESCF_TEST_ES_PASSWORD, ESCF_TEST_ES_CA_CERT) it uses that cluster. Then
+// the tests that need only a plain cluster run against it instead
+// (esCluster), each under index names of its own that it deletes at the
+// end; tests that kill, stop or pause nodes start real clusters of their
+// own (engineCluster); the tests that need the emulator's controls (held
+// writes, injected faults, op histories, request counts) skip, saying so
+// (cluster).
 
 import (
 	"crypto/rand"
@@ -29,6 +34,7 @@ import (
 	"time"
 
 	"github.com/es-changefeed/es-changefeed/relay/es"
+	"github.com/es-changefeed/es-changefeed/tests/engines"
 	"github.com/es-changefeed/es-changefeed/tests/esemu"
 )
 
@@ -70,6 +76,8 @@ func inspect(c backend) inspector {
 		return emuInspector{v.Cluster}
 	case *realCluster:
 		return v
+	case *engineBackend:
+		return v.realCluster
 	}
 	panic(fmt.Sprintf("no inspector for %T", c))
 }
@@ -85,10 +93,23 @@ type realEnv struct {
 	url, user, password, caFile string
 	caPEM                       []byte
 	client                      *http.Client
+	// engine is the cluster of ESCF_TEST_ENGINE this package started (nil
+	// for ESCF_TEST_ES_URL).
+	engine *engines.Cluster
 }
 
 var realOnce = sync.OnceValues(func() (*realEnv, error) {
 	u := strings.TrimRight(os.Getenv("ESCF_TEST_ES_URL"), "/")
+	if name := os.Getenv("ESCF_TEST_ENGINE"); name != "" {
+		if u != "" {
+			return nil, fmt.Errorf("ESCF_TEST_ENGINE=%s and ESCF_TEST_ES_URL=%s are both set: choose one", name, u)
+		}
+		c, err := sharedEngine(name)
+		if err != nil {
+			return nil, err
+		}
+		return &realEnv{url: c.URL(), client: &http.Client{Timeout: time.Minute}, engine: c}, nil
+	}
 	if u == "" {
 		return nil, nil
 	}
@@ -425,8 +446,8 @@ func (e emuInspector) cliArgs() []string { return []string{"--es", e.c.URL()} }
 // needs the emulator's controls skips, saying why.
 func TestBackend_RealClusterSwitch(t *testing.T) {
 	t.Parallel()
-	if os.Getenv("ESCF_TEST_ES_URL") != "" {
-		t.Skip("already running against ESCF_TEST_ES_URL")
+	if os.Getenv("ESCF_TEST_ES_URL") != "" || testEngineName() != "" {
+		t.Skip("already running against a real cluster (ESCF_TEST_ES_URL or ESCF_TEST_ENGINE)")
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "esemu")

@@ -173,7 +173,14 @@ func (c *Cluster) copyOrder(s *shard, pref preference) []*shardCopy {
 	} else {
 		first = c.randIntn(len(cands))
 	}
-	return append(append(make([]*shardCopy, 0, len(cands)), cands[first:]...), cands[:first]...)
+	order := append(append(make([]*shardCopy, 0, len(cands)), cands[first:]...), cands[:first]...)
+	if len(pref.preferNodes) > 0 {
+		// The preferred nodes' copies first, the others after them.
+		sort.SliceStable(order, func(i, j int) bool {
+			return pref.preferNodes[c.nodeID(order[i].node)] && !pref.preferNodes[c.nodeID(order[j].node)]
+		})
+	}
+	return order
 }
 
 // readCopy picks the copy serving a shard-level read that opens a view
@@ -402,6 +409,8 @@ type preference struct {
 	shards map[int]bool // nil: every shard
 	copy   string       // "", CopyPrimary, CopyReplica
 	custom string
+	// preferNodes are the node ids of _prefer_nodes: their copies first.
+	preferNodes map[string]bool
 }
 
 func (c *Cluster) parsePreference(p string) (preference, *esError) {
@@ -429,12 +438,23 @@ func (c *Cluster) parsePreference(p string) (preference, *esError) {
 		}
 	}
 	if !strings.HasPrefix(rest, "_") {
+		if rest != p {
+			// After "_shards:N|" both engines parse a preference type
+			// (OperationRouting.preferenceActiveShardIterator): a custom
+			// string there is refused, as Preference.parse refuses it.
+			return out, errIllegalArgument("no Preference for [%s]", rest)
+		}
 		out.custom = rest
 		return out, nil
 	}
 	switch {
 	case rest == "_local" || rest == "_only_local":
-	case strings.HasPrefix(rest, "_prefer_nodes:") || strings.HasPrefix(rest, "_only_nodes:"):
+	case strings.HasPrefix(rest, "_prefer_nodes:"):
+		out.preferNodes = map[string]bool{}
+		for _, id := range strings.Split(strings.TrimPrefix(rest, "_prefer_nodes:"), ",") {
+			out.preferNodes[id] = true
+		}
+	case strings.HasPrefix(rest, "_only_nodes:"):
 	case rest == "_primary" || rest == "_primary_first":
 		if !c.info.openSearch {
 			return out, errIllegalArgument("no Preference for [%s]", rest)

@@ -2,6 +2,7 @@ package esemu_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -90,9 +91,14 @@ func TestCluster_FailedCopyFallsOver(t *testing.T) {
 			return pitPage(t, open)
 		}},
 	}
-	prefs := []string{""}
-	for _, s := range []string{"a", "b", "c", "d", "e", "f", "g", "h", "escf-scan"} {
-		prefs = append(prefs, url.QueryEscape("_shards:0|"+s))
+	// Preferences that start at either copy: custom strings (their hash
+	// picks the first copy), and the shard pinned to each node's copy.
+	prefs := []string{"", url.QueryEscape("_shards:0")}
+	for _, n := range c.Nodes() {
+		prefs = append(prefs, url.QueryEscape("_shards:0|_prefer_nodes:"+n.ID))
+	}
+	for _, s := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		prefs = append(prefs, s)
 	}
 	for _, r := range reads {
 		t.Run(r.name, func(t *testing.T) {
@@ -133,4 +139,43 @@ func TestCluster_FailedCopyFallsOver(t *testing.T) {
 			t.Errorf("the PIT's copy failing: the page succeeded: %v", m)
 		}
 	})
+}
+
+// TestCluster_PreferenceAfterShards: as both engines do, "_shards:N|" may
+// be followed by a preference type (_local, _prefer_nodes:…) but not by a
+// custom string, which is a 400 naming it; a custom string alone is fine.
+func TestCluster_PreferenceAfterShards(t *testing.T) {
+	c, err := esemu.New(esemu.Config{Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if st, _ := readReply(t, c, "PUT", "/ix", `{"settings":{"number_of_shards":2,"number_of_replicas":1}}`); st != 200 {
+		t.Fatalf("create index: HTTP %d", st)
+	}
+	node := c.Nodes()[1].ID
+	tests := []struct {
+		name, pref string
+		want       int
+		reason     string
+	}{
+		{name: "shards alone", pref: "_shards:1", want: 200},
+		{name: "shards then local", pref: "_shards:1|_local", want: 200},
+		{name: "shards then prefer nodes", pref: "_shards:1|_prefer_nodes:" + node, want: 200},
+		{name: "custom alone", pref: "session-7", want: 200},
+		{name: "shards then custom", pref: "_shards:1|escf-scan", want: 400, reason: "no Preference for [escf-scan]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, path := range []string{"/ix/_search?preference=", "/ix/_count?preference=", "/ix/_pit?keep_alive=1m&preference="} {
+				st, m := readReply(t, c, "POST", path+url.QueryEscape(tt.pref), "")
+				if st != tt.want {
+					t.Fatalf("POST %s%s: HTTP %d, want %d: %v", path, tt.pref, st, tt.want, m)
+				}
+				if tt.reason != "" && !strings.Contains(fmt.Sprint(m), tt.reason) {
+					t.Fatalf("POST %s%s: %v, want the reason %q", path, tt.pref, m, tt.reason)
+				}
+			}
+		})
+	}
 }
