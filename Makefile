@@ -1,7 +1,14 @@
 # es-changefeed — build and test.
 #
-#   make test    install redis-server and docker-compose if missing, then
-#                go test -race ./... (compose/*.yml checked with docker-compose)
+#   make test    install redis-server, docker-compose, a JDK 17 and Maven if
+#                missing, then go test -race ./... (the emulator; compose/*.yml
+#                checked with docker-compose; tests/engines on a real
+#                OpenSearch 2), then the real-cluster part of the suite on a
+#                real OpenSearch 2 node (ESCF_TEST_ENGINE=opensearch-2)
+#   make test-engines
+#                the real-cluster part of the suite on each of the five
+#                engines of tests/engines/versions.txt, then
+#                docs/COMPATIBILITY.md from what ran
 #   make bench   the benchmarks reported in docs/PERFORMANCE.md
 #   make reliability [RUNS=n]
 #                the reliability suite (also part of make test) n times,
@@ -12,7 +19,7 @@
 GO ?= go
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: test bench vet redis-server docker-compose build fuzz reliability
+.PHONY: test test-engines bench vet redis-server docker-compose java build fuzz reliability
 
 build:
 	$(GO) build ./...
@@ -35,12 +42,45 @@ docker-compose:
 	}
 	@docker-compose version --short
 
+# tests/engines runs real nodes from Maven Central's jars: Maven, and a
+# JDK 17 (OpenSearch 2, Elasticsearch 7 and 8). OpenSearch 3 and
+# Elasticsearch 9 need Java 21+: a JDK under /usr/lib/jvm or ESCF_JAVA_HOME.
+java:
+	@{ command -v mvn >/dev/null 2>&1 && command -v javac >/dev/null 2>&1; } || { \
+		echo "Maven or a JDK missing: installing openjdk-17-jdk-headless and maven with apt-get"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends openjdk-17-jdk-headless maven >/dev/null; \
+	}
+	@mvn -v 2>/dev/null | head -1
+
 vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
-test: redis-server docker-compose vet
+# The real-cluster part of the e2e suite: with ESCF_TEST_ENGINE set, the
+# tests that need only a cluster run on a real node of that engine, the
+# node-kill and failover tests start real clusters of their own, and the
+# tests that need the emulator's controls skip.
+ENGINE_TESTS = ./tests/engines/ ./tests/e2e/
+
+test: redis-server docker-compose java vet
 	ESCF_REQUIRE_COMPOSE=1 $(GO) test -race -count=1 -timeout 15m ./...
+	ESCF_TEST_ENGINE=opensearch-2 $(GO) test -race -count=1 -timeout 20m ./tests/e2e/
+
+ENGINES ?= opensearch-2 opensearch-3 elasticsearch-7 elasticsearch-8 elasticsearch-9
+ENGINE_RESULTS ?= /tmp/escf-engines
+
+test-engines: redis-server java
+	@rm -rf $(ENGINE_RESULTS) && mkdir -p $(ENGINE_RESULTS)
+	@status=0; for e in $(ENGINES); do \
+		start=$$(date +%s); \
+		ESCF_TEST_ENGINE=$$e ESCF_FIGURES=$(ENGINE_RESULTS)/$$e.figures.jsonl \
+			$(GO) test -json -count=1 -timeout 30m $(ENGINE_TESTS) > $(ENGINE_RESULTS)/$$e.json || status=1; \
+		echo "== $$e: $$(grep -c '"Action":"pass","Package":"[^"]*","Test":"[^/"]*","Elapsed"' $(ENGINE_RESULTS)/$$e.json) passed, $$(grep -c '"Action":"fail","Package":"[^"]*","Test":"[^/"]*","Elapsed"' $(ENGINE_RESULTS)/$$e.json) failed, $$(grep -c '"Action":"skip","Package":"[^"]*","Test":"[^/"]*","Elapsed"' $(ENGINE_RESULTS)/$$e.json) skipped in $$(( $$(date +%s) - start )) s"; \
+		grep -h '"Action":"fail"' $(ENGINE_RESULTS)/$$e.json | grep -o '"Test":"[^"]*"' | sed 's/^/   FAIL /' || true; \
+	done; \
+	$(GO) run ./tests/figures compat $(ENGINE_RESULTS) docs/COMPATIBILITY.md && echo "docs/COMPATIBILITY.md written"; \
+	exit $$status
 
 bench: redis-server
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./tests/esemu/ | tee /tmp/esemu-bench.txt

@@ -1,8 +1,11 @@
 // Command figures turns the figure lines the reliability suite writes
 // (ESCF_FIGURES=file go test ./tests/e2e/) into the Markdown table of
-// docs/RELIABILITY.md: one row per scenario, summed over the runs.
+// docs/RELIABILITY.md: one row per scenario, summed over the runs; and,
+// in compat mode, what make test-engines left in DIR (per engine the
+// suite's go test -json output and its figures) into docs/COMPATIBILITY.md.
 //
 //	go run ./tests/figures FILE
+//	go run ./tests/figures compat DIR docs/COMPATIBILITY.md
 package main
 
 import (
@@ -33,8 +36,16 @@ type row struct {
 }
 
 func main() {
+	if len(os.Args) == 4 && os.Args[1] == "compat" {
+		if err := writeCompat(os.Args[2], os.Args[3]); err != nil {
+			fmt.Fprintf(os.Stderr, "figures: compat: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: go run ./tests/figures FILE (the ESCF_FIGURES file of a test run)")
+		fmt.Fprintln(os.Stderr, "       go run ./tests/figures compat DIR OUT (make test-engines: DIR/<engine>.json → OUT)")
 		os.Exit(2)
 	}
 	f, err := os.Open(os.Args[1])

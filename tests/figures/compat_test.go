@@ -1,0 +1,50 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestCompat_TablesFromTestJSON(t *testing.T) {
+	dir := t.TempDir()
+	run := `{"Time":"2026-12-01T10:00:00Z","Action":"start","Package":"github.com/es-changefeed/es-changefeed/tests/e2e"}
+{"Time":"2026-12-01T10:00:01Z","Action":"run","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestRelay_Mirror"}
+{"Time":"2026-12-01T10:00:01Z","Action":"output","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestRelay_Mirror","Output":"    relay_test.go:163: backend: real cluster at http://127.0.0.1:1 (opensearch 2.19.6), indices x-*\n"}
+{"Time":"2026-12-01T10:00:09Z","Action":"pass","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestRelay_Mirror","Elapsed":8}
+{"Time":"2026-12-01T10:00:09Z","Action":"run","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestRelay_LateCommit"}
+{"Time":"2026-12-01T10:00:09Z","Action":"output","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestRelay_LateCommit","Output":"    relay_test.go:213: needs held writes | the emulator\n"}
+{"Time":"2026-12-01T10:00:09Z","Action":"skip","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestRelay_LateCommit"}
+{"Time":"2026-12-01T10:00:09Z","Action":"run","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestTargets_DataStream"}
+{"Time":"2026-12-01T10:00:09Z","Action":"run","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestTargets_DataStream/a"}
+{"Time":"2026-12-01T10:00:10Z","Action":"fail","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestTargets_DataStream/a","Elapsed":1}
+{"Time":"2026-12-01T10:00:10Z","Action":"output","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestTargets_DataStream","Output":"    targets_test.go:9: the stream lacks 3 documents\n"}
+{"Time":"2026-12-01T10:00:11Z","Action":"fail","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestTargets_DataStream","Elapsed":2}
+`
+	if err := os.WriteFile(filepath.Join(dir, "opensearch-2.json"), []byte(run), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fig := `{"scenario":"node kill","test":"TestRealFailover","faults":5,"entries":900,"docs":300,"lost":0,"duplicated":0,"wrong":0,"note":"5 SIGKILLs"}` + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "opensearch-2.figures.jsonl"), []byte(fig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := compat(dir, []string{"opensearch-2", "elasticsearch-9"}, &b); err != nil {
+		t.Fatal(err)
+	}
+	doc := b.String()
+	for _, want := range []string{
+		"| opensearch-2 | opensearch 2.19.6 | 1 | 2 | 1 | 11s |",
+		"| elasticsearch-9 | – | not run | | | |",
+		"| `e2e.TestRelay_Mirror` | pass | – |",
+		"| `e2e.TestTargets_DataStream` | FAIL [1 FAIL] | – |",
+		"- `e2e.TestRelay_LateCommit`: needs held writes \\| the emulator",
+		"| node kill | `TestRealFailover` | 5 | 300 | 900 | 0 | 0 | 0 | 5 SIGKILLs |",
+		"Last generated 2026-12-01 10:00 UTC.",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("the document lacks %q:\n%s", want, doc)
+		}
+	}
+}
