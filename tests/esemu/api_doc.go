@@ -264,7 +264,11 @@ func (c *Cluster) writeResponse(ix *index, w *writeReq, forced bool) *orderedMap
 	} else {
 		m.set("_shards", obj("total", w.copies, "successful", w.succeeded, "failed", 0))
 	}
-	if !ix.settings.seqNoDisabled {
+	if ix.settings.seqNoDisabled {
+		// DocWriteResponse always writes both: UNASSIGNED_SEQ_NO and
+		// UNASSIGNED_PRIMARY_TERM here (GET leaves them out).
+		m.set("_seq_no", int64(-2)).set("_primary_term", int64(0))
+	} else {
 		m.set("_seq_no", o.seq).set("_primary_term", o.term)
 	}
 	return m

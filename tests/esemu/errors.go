@@ -71,7 +71,10 @@ func (e *esError) object(top bool) *orderedMap {
 		}
 		list := make([]any, len(roots))
 		for i, r := range roots {
-			list[i] = r.object(false)
+			// ES renders root causes with rest.exception.skip_cause.
+			rc := *r
+			rc.causedBy = nil
+			list[i] = rc.object(false)
 		}
 		m.set("root_cause", list)
 	}
@@ -125,6 +128,17 @@ func errIndexClosed(name, uuid string) *esError {
 
 func errIllegalArgument(format string, args ...any) *esError {
 	return newError(http.StatusBadRequest, "illegal_argument_exception", format, args...)
+}
+
+// errUnknownSetting refuses a setting the flavor does not have: an
+// illegal_argument_exception, a settings_exception from OpenSearch 3.
+func errUnknownSetting(f Flavor, key string) *esError {
+	typ := "illegal_argument_exception"
+	if i := f.info(); i.openSearch && i.major >= 3 {
+		typ = "settings_exception"
+	}
+	return newError(http.StatusBadRequest, typ, "unknown setting [%s] please check that any required plugins are installed, "+
+		"or check the breaking changes documentation for removed settings", key)
 }
 
 func errParsing(format string, args ...any) *esError {

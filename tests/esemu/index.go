@@ -21,9 +21,12 @@ type indexSettings struct {
 	maxResultWindow int
 	gcDeletes       time.Duration
 	hidden          bool
-	mode            string // "", "standard", "time_series", "logsdb"
+	mode            string // "", "standard", "time_series", "logsdb", and on ES 9.4+ "columnar", "logsdb_columnar"
 	seqNoDisabled   bool
-	flat            map[string]string // every given setting, flattened "index.x" -> value
+	// modRouting: the shard is hash mod shards, whatever routingShards
+	// (indices created on Elasticsearch 9.4+, IndexVersions.MOD_ROUTING_FUNCTION).
+	modRouting bool
+	flat       map[string]string // every given setting, flattened "index.x" -> value
 }
 
 // settingSpec lists the index settings the emulator accepts. Anything else is
@@ -156,19 +159,25 @@ func parseSettings(f Flavor, raw map[string]any) (indexSettings, *esError) {
 		s.hidden = v == "true"
 	}
 	s.mode = s.flat["index.mode"]
-	switch s.mode {
-	case "", "standard", "time_series", "logsdb":
+	columnar := s.mode == "columnar" || s.mode == "logsdb_columnar"
+	switch {
+	case s.mode == "", s.mode == "standard", s.mode == "time_series", s.mode == "logsdb":
+	case columnar && f.seqNoDisabling():
 	default:
 		return s, errIllegalArgument("unknown index mode [%s]", s.mode)
 	}
 	if v, ok := s.flat["index.disable_sequence_numbers"]; ok {
 		if !f.seqNoDisabling() {
-			return s, errIllegalArgument("unknown setting [index.disable_sequence_numbers] please check that any required plugins are installed, or check the breaking changes documentation for removed settings")
+			return s, errUnknownSetting(f, "index.disable_sequence_numbers")
 		}
 		s.seqNoDisabled = v == "true"
-	} else if f.seqNoDisabling() && s.mode == "time_series" {
+	} else if f.seqNoDisabling() && columnar {
+		// IndexSettings.DISABLE_SEQUENCE_NUMBERS defaults to true for the
+		// strictly columnar modes only (ES 9.5.3); time_series keeps
+		// sequence numbers (doc values only).
 		s.seqNoDisabled = true
 	}
+	s.modRouting = f.modRouting()
 	return s, nil
 }
 
@@ -236,6 +245,9 @@ func (ix *index) shardFor(id, routing string) int {
 	key := id
 	if routing != "" {
 		key = routing
+	}
+	if ix.settings.modRouting {
+		return shardFor(key, ix.settings.shards, ix.settings.shards)
 	}
 	return shardFor(key, ix.settings.shards, ix.settings.routingShards)
 }
