@@ -315,8 +315,12 @@ func (c *Cluster) statsSections(metrics []string, st copyStats) *orderedMap {
 				"index_failed", 0, "delete_total", st.deleteTotal, "delete_time_in_millis", 0, "delete_current", 0,
 				"noop_update_total", 0, "is_throttled", false, "throttle_time_in_millis", 0))
 		case "get":
-			m.set("get", obj("total", st.getTotal, "time_in_millis", 0, "exists_total", 0, "exists_time_in_millis", 0,
-				"missing_total", 0, "missing_time_in_millis", 0, "current", 0))
+			g := obj("total", st.getTotal)
+			if c.info.openSearch {
+				g.set("getTime", "0s") // OpenSearch writes it whatever ?human says
+			}
+			m.set("get", g.set("time_in_millis", 0).set("exists_total", 0).set("exists_time_in_millis", 0).
+				set("missing_total", 0).set("missing_time_in_millis", 0).set("current", 0))
 		case "search":
 			m.set("search", obj("open_contexts", st.openContexts, "query_total", st.queryTotal, "query_time_in_millis", 0,
 				"query_current", 0, "fetch_total", st.fetchTotal, "fetch_time_in_millis", 0, "fetch_current", 0,
@@ -508,14 +512,19 @@ func (c *Cluster) shardStatsObj(ix *index, s *shard, cp *shardCopy, metrics []st
 	for _, k := range sec.keys {
 		m.set(k, sec.vals[k])
 	}
-	m.set("commit", obj("id", commitID(ix.uuid, s.num, cp.node), "generation", 3+cp.refreshes/10, "user_data", obj(
+	// The keys of a commit no flush has followed yet (min_retained_seq_no
+	// appears after one); the values say everything was flushed.
+	userData := obj(
 		"local_checkpoint", strconv.FormatInt(cp.lcp, 10),
 		"max_seq_no", strconv.FormatInt(cp.maxSeq, 10),
 		"max_unsafe_auto_id_timestamp", "-1",
-		"min_retained_seq_no", "0",
 		"history_uuid", ix.uuid,
 		"translog_uuid", ix.uuid,
-	), "num_docs", st.docs))
+	)
+	if v := c.info.commitVersion; v != "" {
+		userData.set("es_version", v)
+	}
+	m.set("commit", obj("id", commitID(ix.uuid, s.num, cp.node), "generation", 3+cp.refreshes/10, "user_data", userData, "num_docs", st.docs))
 	m.set("seq_no", obj("max_seq_no", cp.maxSeq, "local_checkpoint", cp.lcp, "global_checkpoint", cp.knownGCP))
 	var leases []any
 	if cp.primary {

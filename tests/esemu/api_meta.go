@@ -116,15 +116,16 @@ func (c *Cluster) explicitSettings(ix *index) map[string]string {
 	all["index.uuid"] = ix.uuid
 	all["index.creation_date"] = strconv.FormatInt(ix.created.UnixMilli(), 10)
 	all["index.provided_name"] = ix.name
-	all["index.routing.allocation.include._tier_preference"] = "data_content"
+	if !c.info.openSearch && c.info.major >= 8 {
+		all["index.routing.allocation.include._tier_preference"] = "data_content"
+	}
+	if c.info.openSearch {
+		all["index.replication.type"] = "DOCUMENT"
+	}
 	if ix.settings.hidden {
 		all["index.hidden"] = "true"
 	}
-	if c.info.openSearch {
-		all["index.version.created"] = "136408127"
-	} else {
-		all["index.version.created"] = fmt.Sprintf("%d%02d%02d99", c.info.major, c.info.minor, 0)
-	}
+	all["index.version.created"] = c.info.indexVersion
 	return all
 }
 
@@ -132,11 +133,13 @@ func (c *Cluster) explicitSettings(ix *index) map[string]string {
 // include_defaults=true lists them.
 func (c *Cluster) defaultSettings(ix *index) map[string]string {
 	d := map[string]string{
-		"index.refresh_interval":         "1s",
-		"index.max_result_window":        "10000",
-		"index.gc_deletes":               "60s",
-		"index.hidden":                   "false",
-		"index.number_of_routing_shards": strconv.Itoa(ix.settings.routingShards),
+		"index.refresh_interval":  "1s",
+		"index.max_result_window": "10000",
+		"index.gc_deletes":        "60s",
+		"index.hidden":            "false",
+		// The setting's default is the number of shards, whatever
+		// routing_num_shards the index's metadata holds.
+		"index.number_of_routing_shards": strconv.Itoa(ix.settings.shards),
 	}
 	if !c.info.openSearch && c.info.major >= 8 {
 		d["index.mode"] = "standard"
@@ -165,7 +168,7 @@ func renderSettings(all map[string]string, flat bool, names []string) *orderedMa
 	out := newOrderedMap()
 	if flat {
 		for _, k := range keys {
-			out.set(k, all[k])
+			out.set(k, settingValue(k, all[k]))
 		}
 		return out
 	}
@@ -180,7 +183,24 @@ func renderSettings(all map[string]string, flat bool, names []string) *orderedMa
 			}
 			m = next.(*orderedMap)
 		}
-		m.set(parts[len(parts)-1], all[k])
+		m.set(parts[len(parts)-1], settingValue(k, all[k]))
+	}
+	return out
+}
+
+// listSettings are the modeled settings whose value is a list: stored
+// comma-joined, rendered as a JSON array as ES does.
+var listSettings = map[string]bool{"index.routing_path": true}
+
+func settingValue(key, v string) any {
+	if !listSettings[key] {
+		return v
+	}
+	out := []any{}
+	if v != "" {
+		for _, p := range strings.Split(v, ",") {
+			out = append(out, p)
+		}
 	}
 	return out
 }
@@ -490,7 +510,11 @@ func apiAliasActions(c *Cluster, r *request) (reply, *esError) {
 			}
 		}
 	}
-	return reply{status: 200, body: obj("acknowledged", true)}, nil
+	body := obj("acknowledged", true)
+	if !c.info.openSearch && c.info.major >= 8 {
+		body.set("errors", false) // IndicesAliasesResponse, ES 8.14+
+	}
+	return reply{status: 200, body: body}, nil
 }
 
 // stringsOf collects names from string or array values.
@@ -1197,7 +1221,9 @@ func apiResolve(c *Cluster, r *request) (reply, *esError) {
 		default:
 			if _, ok := c.aliasIndices(p); ok {
 				aliasSet[p] = true
-			} else if !o.ignoreUnavailable {
+			} else if !o.ignoreUnavailable && !c.info.openSearch && c.info.major >= 8 {
+				// Elasticsearch 7 and OpenSearch leave a missing
+				// concrete name out (200, empty lists); 8+ answer 404.
 				return reply{}, errIndexNotFound(p)
 			}
 		}

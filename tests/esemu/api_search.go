@@ -15,7 +15,7 @@ var searchBodyKeys = map[string]bool{
 	"query": true, "from": true, "size": true, "sort": true, "search_after": true, "_source": true,
 	"seq_no_primary_term": true, "version": true, "track_total_hits": true, "pit": true, "timeout": true,
 	"track_scores": true, "post_filter": true, "explain": true, "profile": true,
-	"aggs": false, "aggregations": false, "highlight": false, "suggest": false, "collapse": false, "rescore": false,
+	"aggs": true, "aggregations": true, "highlight": false, "suggest": false, "collapse": false, "rescore": false,
 	"script_fields": false, "docvalue_fields": false, "fields": false, "stored_fields": false, "min_score": false,
 	"terminate_after": false, "indices_boost": false, "slice": false, "runtime_mappings": false, "knn": false,
 	"rank": false, "retriever": false, "stats": false, "ext": false,
@@ -46,6 +46,14 @@ func (c *Cluster) parseSearch(r *request) (*searchReq, *esError) {
 	if q, ok := b["query"]; ok {
 		if req.query, e = parseQuery(q, &req.uses); e != nil {
 			return nil, e
+		}
+	}
+	for _, k := range []string{"aggs", "aggregations"} {
+		if a, ok := b[k]; ok {
+			if req.aggs, e = parseAggs(a); e != nil {
+				return nil, e
+			}
+			req.uses.agg = len(req.aggs) > 0
 		}
 	}
 	if q, ok := b["post_filter"]; ok {
@@ -420,9 +428,13 @@ func (c *Cluster) runShards(targets []target, req *searchReq, pref preference, l
 		}
 		cp.counters.queries.Add(1)
 		cp.lastSearch = time.Now()
-		hits, total := searchView(view{sparse: cp.bySeq}, t, req, limit, countLimit)
+		var aggs []bucketCounts
+		if len(req.aggs) > 0 {
+			aggs = newBucketCounts(len(req.aggs))
+		}
+		hits, total := searchView(view{sparse: cp.bySeq}, t, req, limit, countLimit, aggs)
 		s.mu.Unlock()
-		out[i] = shardResult{hits: hits, total: total}
+		out[i] = shardResult{hits: hits, total: total, aggs: aggs}
 	}
 	return out
 }
@@ -484,17 +496,29 @@ func searchPhaseError(phase, reason string, failures []*shardFailure) *esError {
 	e := newError(status, "search_phase_execution_exception", "%s", reason)
 	e.rootCauses = roots
 	e.extra = []kv{{"phase", phase}, {"grouped", true}, {"failed_shards", grouped}}
-	if len(roots) > 0 {
-		e.causedBy = roots[0]
+	// ES's cause is the first failure's guessed root cause, dropped when
+	// it is that failure's own cause (an ElasticsearchException such as
+	// query_shard_exception); a plain Java exception is wrapped in a new
+	// ElasticsearchException of the same name, so it stays, twice nested.
+	if len(roots) > 0 && javaExceptions[roots[0].typ] {
+		r := roots[0]
+		e.causedBy = &esError{status: r.status, typ: r.typ, reason: r.reason, causedBy: r}
 	}
 	return e
 }
+
+// javaExceptions are the exception types that are not ElasticsearchExceptions.
+var javaExceptions = map[string]bool{"illegal_argument_exception": true, "illegal_state_exception": true,
+	"number_format_exception": true, "null_pointer_exception": true}
 
 func apiSearch(c *Cluster, r *request) (reply, *esError) {
 	start := time.Now()
 	req, e := c.parseSearch(r)
 	if e != nil {
 		return reply{}, e
+	}
+	if len(req.aggs) > 0 && (req.pit != "" || req.scroll > 0) {
+		return reply{}, errNotModeled("aggregations in a scroll or point-in-time search")
 	}
 	if req.pit != "" {
 		return c.searchPIT(r, req, start)
@@ -551,7 +575,15 @@ func (c *Cluster) searchReply(r *request, req *searchReq, nShards int, results [
 		timedOut = true
 		all = all[:len(all)/2]
 	}
-	return reply{status: 200, body: c.searchBody(req, all, total, nShards, failures, start, scrollID, pitID, timedOut)}, nil
+	body := c.searchBody(req, all, total, nShards, failures, start, scrollID, pitID, timedOut)
+	if len(req.aggs) > 0 {
+		shardAggs := make([][]bucketCounts, len(results))
+		for i, res := range results {
+			shardAggs[i] = res.aggs
+		}
+		body.set("aggregations", aggsObject(req.aggs, shardAggs))
+	}
+	return reply{status: 200, body: body}, nil
 }
 
 // hitJSON is a search hit in ES's field order.
@@ -562,7 +594,7 @@ type hitJSON struct {
 	Version     *int64          `json:"_version,omitempty"`
 	SeqNo       *int64          `json:"_seq_no,omitempty"`
 	PrimaryTerm *int64          `json:"_primary_term,omitempty"`
-	Score       *float64        `json:"_score"`
+	Score       *javaFloat      `json:"_score"`
 	Routing     string          `json:"_routing,omitempty"`
 	Source      json.RawMessage `json:"_source,omitempty"`
 	Sort        []any           `json:"sort,omitempty"`
@@ -577,6 +609,12 @@ func (c *Cluster) searchBody(req *searchReq, hits []hit, total, nShards int, fai
 		body.set("pit_id", pitID)
 	}
 	body.set("took", time.Since(start).Milliseconds()).set("timed_out", timedOut)
+	if len(req.aggs) > 0 && req.size == 0 && req.trackTotal < 0 && c.info.openSearch && c.info.major >= 3 {
+		// OpenSearch 3 computes such a histogram without collecting hits
+		// and says so (recorded for size 0 without a total; other cases
+		// are not known).
+		body.set("terminated_early", true)
+	}
 	sh := obj("total", nShards, "successful", nShards-len(failures), "skipped", 0, "failed", len(failures))
 	if len(failures) > 0 {
 		list := make([]any, len(failures))
@@ -597,7 +635,7 @@ func (c *Cluster) searchBody(req *searchReq, hits []hit, total, nShards int, fai
 		}
 	}
 	scored := req.sort == nil || req.trackScores
-	var maxScore *float64
+	var maxScore *javaFloat
 	list := make([]hitJSON, len(hits))
 	seven := c.info.major == 7 && !c.info.openSearch
 	for i, h := range hits {
@@ -614,7 +652,7 @@ func (c *Cluster) searchBody(req *searchReq, hits []hit, total, nShards int, fai
 			hj.SeqNo, hj.PrimaryTerm = &s, &t
 		}
 		if scored {
-			sc := h.score
+			sc := javaFloat(h.score)
 			hj.Score = &sc
 			if maxScore == nil || sc > *maxScore {
 				maxScore = &sc
@@ -702,7 +740,7 @@ func (c *Cluster) openScroll(r *request, req *searchReq, targets []target, pref 
 		} else {
 			cp.counters.scrolls.Add(1)
 			cs.snap = cp.snapshot()
-			cs.hits, _ = searchView(view{dense: cs.snap}, t, req, math.MaxInt32, 0)
+			cs.hits, _ = searchView(view{dense: cs.snap}, t, req, math.MaxInt32, 0, nil)
 			sc.total += len(cs.hits)
 		}
 		s.mu.Unlock()
@@ -961,7 +999,7 @@ func (c *Cluster) searchPIT(r *request, req *searchReq, start time.Time) (reply,
 				results[i].failure = f
 			} else {
 				cs.cp.counters.queries.Add(1)
-				results[i].hits, results[i].total = searchView(view{dense: cs.snap}, cs.t, req, req.from+req.size, countLimit)
+				results[i].hits, results[i].total = searchView(view{dense: cs.snap}, cs.t, req, req.from+req.size, countLimit, nil)
 			}
 		}
 		if cs.failure != nil {

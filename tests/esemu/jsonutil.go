@@ -3,6 +3,9 @@ package esemu
 import (
 	"bytes"
 	"encoding/json"
+	"math"
+	"strconv"
+	"strings"
 )
 
 // orderedMap is a JSON object that keeps its keys in insertion order, so
@@ -127,4 +130,27 @@ func decodeJSON(data []byte, v any) error {
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.UseNumber()
 	return d.Decode(v)
+}
+
+// javaFloat is a float written as Jackson writes a Java float or double:
+// always with a fraction or exponent (1.0, 0.0, 2.5, 1.0E7), so that a
+// client decoding a score or a histogram key into an integer fails here as
+// it fails against Elasticsearch.
+type javaFloat float64
+
+func (f javaFloat) MarshalJSON() ([]byte, error) {
+	x := float64(f)
+	if a := math.Abs(x); x == 0 || (a >= 1e-3 && a < 1e7) {
+		s := strconv.FormatFloat(x, 'f', -1, 64)
+		if !strings.Contains(s, ".") {
+			s += ".0"
+		}
+		return []byte(s), nil
+	}
+	mant, exp, _ := strings.Cut(strconv.FormatFloat(x, 'E', -1, 64), "E")
+	if !strings.Contains(mant, ".") {
+		mant += ".0"
+	}
+	e, _ := strconv.Atoi(exp)
+	return []byte(mant + "E" + strconv.Itoa(e)), nil
 }

@@ -107,7 +107,7 @@ func (filterOnly) scoring() bool                 { return false }
 
 // seqNoQueryError is raised per shard when an index has sequence numbers
 // disabled and the query reads _seq_no.
-type seqNoUse struct{ query, sort bool }
+type seqNoUse struct{ query, sort, agg bool }
 
 // parseQuery parses a query clause. uses collects whether _seq_no is read.
 func parseQuery(raw any, uses *seqNoUse) (query, *esError) {

@@ -37,6 +37,7 @@ type searchReq struct {
 	pitKeepAlive time.Duration
 	scroll       time.Duration
 	allowPartial bool
+	aggs         []seqHistogram
 }
 
 // target is one shard a request reads, in the request's shard order.
@@ -118,6 +119,7 @@ func (c *shardCopy) snapshot() []*op {
 type shardResult struct {
 	hits    []hit
 	total   int
+	aggs    []bucketCounts // per req.aggs
 	failure *shardFailure
 }
 
@@ -244,19 +246,25 @@ func seqNoFailure(ix *index, uses seqNoUse) *esError {
 		return nil
 	}
 	if uses.query {
-		return newError(http.StatusBadRequest, "query_shard_exception",
+		qse := newError(http.StatusBadRequest, "query_shard_exception",
 			"failed to create query: Cannot query field [_seq_no]: _seq_no cannot be queried when [index.disable_sequence_numbers] is [true]").
 			with("index_uuid", ix.uuid).with("index", ix.name)
+		qse.causedBy = errIllegalArgument("Cannot query field [_seq_no]: _seq_no cannot be queried when [index.disable_sequence_numbers] is [true]")
+		return qse
 	}
 	if uses.sort {
 		return errIllegalArgument("Cannot query field [_seq_no]: _seq_no cannot be queried when [index.disable_sequence_numbers] is [true]")
+	}
+	if uses.agg {
+		return errNotModeled("an aggregation on _seq_no of an index with [index.disable_sequence_numbers] true")
 	}
 	return nil
 }
 
 // searchView runs the query on one view and returns the first `limit` hits
-// in the request's sort order, and the match count up to countLimit.
-func searchView(v view, t target, req *searchReq, limit int, countLimit int) ([]hit, int) {
+// in the request's sort order, and the match count up to countLimit. With
+// aggs (one per req.aggs) it counts every match into them.
+func searchView(v view, t target, req *searchReq, limit int, countLimit int, aggs []bucketCounts) ([]hit, int) {
 	lo, hi := seqBounds(req.query)
 	if req.postFilter != nil {
 		l, h := seqBounds(req.postFilter)
@@ -274,8 +282,9 @@ func searchView(v view, t target, req *searchReq, limit int, countLimit int) ([]
 	if req.query.scoring() {
 		score = 1.0
 	}
-	// Without a total to count, start right after the search_after point.
-	if req.searchAfter != nil && countLimit == 0 && len(req.sort) > 0 {
+	// Without a total to count (nor aggregations), start right after the
+	// search_after point.
+	if req.searchAfter != nil && countLimit == 0 && aggs == nil && len(req.sort) > 0 {
 		if k := req.sort[0]; k.field == "_seq_no" || k.field == "_doc" {
 			if after, ok := req.searchAfter[0].(int64); ok {
 				if k.desc {
@@ -296,6 +305,9 @@ func searchView(v view, t target, req *searchReq, limit int, countLimit int) ([]
 			return true
 		}
 		total++
+		if aggs != nil {
+			collectAggs(req.aggs, aggs, o.seq)
+		}
 		if len(hits) < limit {
 			h := hit{o: o, ix: t.ix, reqIdx: t.reqIdx, score: score}
 			h.sortVals = sortValues(req.sort, h)
@@ -303,7 +315,7 @@ func searchView(v view, t target, req *searchReq, limit int, countLimit int) ([]
 				hits = append(hits, h)
 			}
 		}
-		return len(hits) < limit || total < countLimit
+		return aggs != nil || len(hits) < limit || total < countLimit
 	})
 	return hits, total
 }
@@ -438,10 +450,11 @@ func (c *Cluster) parsePreference(p string) (preference, *esError) {
 		}
 	}
 	if !strings.HasPrefix(rest, "_") {
-		if rest != p {
-			// After "_shards:N|" both engines parse a preference type
-			// (OperationRouting.preferenceActiveShardIterator): a custom
-			// string there is refused, as Preference.parse refuses it.
+		if rest != p && (c.info.openSearch || c.info.major < 8) {
+			// After "_shards:N|" Elasticsearch 7 and OpenSearch parse a
+			// preference type (OperationRouting.preferenceActiveShardIterator):
+			// a custom string there is refused, as Preference.parse
+			// refuses it. Elasticsearch 8+ take it as a custom string.
 			return out, errIllegalArgument("no Preference for [%s]", rest)
 		}
 		out.custom = rest

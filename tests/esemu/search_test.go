@@ -141,11 +141,21 @@ func TestCluster_FailedCopyFallsOver(t *testing.T) {
 	})
 }
 
-// TestCluster_PreferenceAfterShards: as both engines do, "_shards:N|" may
-// be followed by a preference type (_local, _prefer_nodes:…) but not by a
-// custom string, which is a 400 naming it; a custom string alone is fine.
+// TestCluster_PreferenceAfterShards: "_shards:N|" may be followed by a
+// preference type (_local, _prefer_nodes:…); a custom string after it is a
+// 400 naming it on Elasticsearch 7 and OpenSearch, and taken as a custom
+// string on Elasticsearch 8+ (as testdata/golden/*/42-preference-custom.json
+// recorded); a custom string alone is fine everywhere.
 func TestCluster_PreferenceAfterShards(t *testing.T) {
-	c, err := esemu.New(esemu.Config{Nodes: 2})
+	for _, f := range []esemu.Flavor{esemu.FlavorES7, esemu.FlavorES9, esemu.FlavorOpenSearch2} {
+		t.Run(string(f), func(t *testing.T) {
+			testPreferenceAfterShards(t, f)
+		})
+	}
+}
+
+func testPreferenceAfterShards(t *testing.T, f esemu.Flavor) {
+	c, err := esemu.New(esemu.Config{Flavor: f, Nodes: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +164,10 @@ func TestCluster_PreferenceAfterShards(t *testing.T) {
 		t.Fatalf("create index: HTTP %d", st)
 	}
 	node := c.Nodes()[1].ID
+	customAfterShards, reason := 400, "no Preference for [escf-scan]"
+	if f == esemu.FlavorES9 {
+		customAfterShards, reason = 200, ""
+	}
 	tests := []struct {
 		name, pref string
 		want       int
@@ -163,11 +177,15 @@ func TestCluster_PreferenceAfterShards(t *testing.T) {
 		{name: "shards then local", pref: "_shards:1|_local", want: 200},
 		{name: "shards then prefer nodes", pref: "_shards:1|_prefer_nodes:" + node, want: 200},
 		{name: "custom alone", pref: "session-7", want: 200},
-		{name: "shards then custom", pref: "_shards:1|escf-scan", want: 400, reason: "no Preference for [escf-scan]"},
+		{name: "shards then custom", pref: "_shards:1|escf-scan", want: customAfterShards, reason: reason},
+	}
+	pit := "/ix/_pit?keep_alive=1m&preference="
+	if f.OpenSearch() {
+		pit = "/ix/_search/point_in_time?keep_alive=1m&preference="
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, path := range []string{"/ix/_search?preference=", "/ix/_count?preference=", "/ix/_pit?keep_alive=1m&preference="} {
+			for _, path := range []string{"/ix/_search?preference=", "/ix/_count?preference=", pit} {
 				st, m := readReply(t, c, "POST", path+url.QueryEscape(tt.pref), "")
 				if st != tt.want {
 					t.Fatalf("POST %s%s: HTTP %d, want %d: %v", path, tt.pref, st, tt.want, m)
