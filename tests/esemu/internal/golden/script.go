@@ -100,7 +100,7 @@ var (
 
 // Index names and bodies of the script.
 const (
-	// gcp is an upper bound above every seq no the script writes: the
+	// upTo is an upper bound above every seq no the script writes: the
 	// relay's range ends at the global checkpoint, which it read.
 	upTo = "1000"
 
