@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
 
@@ -54,11 +56,24 @@ func (r *Relay) followTargets(ctx context.Context) error {
 			<-f.done
 		}
 	}()
+	b := r.newBackoff()
+	endedVanished := false // once, after the first resolution
 	for {
 		want, closed, err := r.resolveTargets(ctx, said)
 		if err != nil {
-			return err
+			// A node that died under the request, a 5xx, a 429: retried
+			// as every read is, the index loops going on meanwhile.
+			if ctx.Err() != nil {
+				return nil
+			}
+			d := b.next()
+			b.report(r.log, "resolving the targets failed; retrying", err, d)
+			if !sleep(ctx, d) {
+				return nil
+			}
+			continue
 		}
+		b.recovered(r.log)
 		r.mu.Lock()
 		first := !r.resolved
 		r.resolved = true
@@ -107,12 +122,21 @@ func (r *Relay) followTargets(ctx context.Context) error {
 				continue // logged by resolveTargets
 			}
 			if err := r.endIfGone(ctx, name); err != nil {
-				return err
+				if fatalTargetError(err) {
+					return err
+				}
+				// Followed again next round, and ended then if gone.
+				b.report(r.log, "ending an index that no longer matches failed; retrying", err, r.cfg.PollInterval)
 			}
 		}
-		if first {
+		if !endedVanished {
 			if err := r.endVanished(ctx, want); err != nil {
-				return err
+				if fatalTargetError(err) {
+					return err
+				}
+				b.report(r.log, "ending the indices deleted while no relay ran failed; retrying", err, r.cfg.PollInterval)
+			} else {
+				endedVanished = true
 			}
 		}
 		select {
@@ -128,6 +152,13 @@ func (r *Relay) followTargets(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// fatalTargetError tells the errors of ending an index that stop the
+// relay (the lease moved, Redis went back to an older state) from those a
+// later round retries.
+func fatalTargetError(err error) bool {
+	return errors.Is(err, redisx.ErrLeaseLost) || errors.Is(err, checkpoint.ErrRolledBack) || errors.Is(err, context.Canceled)
 }
 
 // resolveTargets resolves every expression. It returns the open indices to

@@ -462,6 +462,11 @@ func TestReliability_ESFaults(t *testing.T) {
 		{Kind: esemu.KindPIT, Status: 429, Count: 2},
 		{Kind: esemu.KindSearch, Drop: true, Count: 2},
 		{Kind: esemu.KindPIT, Delay: 200 * time.Millisecond, Count: 2},
+		// The targets' resolution, every round: a relay must retry it as
+		// it retries reads (a real node killed under it reset the
+		// connection, and the relay exited).
+		{Kind: esemu.KindResolve, Status: 503, Count: 2},
+		{Kind: esemu.KindResolve, Drop: true, Count: 2},
 	}
 	applied := 0
 	for _, fl := range faults {
