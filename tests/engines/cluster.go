@@ -133,35 +133,60 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	c.name = "escf-" + e.Name + "-" + hex.EncodeToString(b)
-	for i := 0; i < cfg.Nodes; i++ {
+	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
+	// A free port found here may be taken by another process before the
+	// JVM binds it: such a start is tried again on other ports.
+	for attempt := 1; ; attempt++ {
+		err = c.startNodes(ctx)
+		if err == nil {
+			return c, nil
+		}
+		c.stopAll()
+		if !errors.Is(err, errPortTaken) || attempt == 3 {
+			if c.ownsDir {
+				os.RemoveAll(c.dir)
+			}
+			return nil, fmt.Errorf("start %d-node %s: %w", cfg.Nodes, e, err)
+		}
+	}
+}
+
+// errPortTaken marks a node that could not bind its ports.
+var errPortTaken = errors.New("a port was taken")
+
+// startNodes picks the nodes' ports, starts every JVM on fresh data and
+// waits for green.
+func (c *Cluster) startNodes(ctx context.Context) error {
+	c.nodes = nil
+	for i := 0; i < c.cfg.Nodes; i++ {
 		n := &node{idx: i, name: "n" + strconv.Itoa(i), home: filepath.Join(c.dir, "n"+strconv.Itoa(i))}
-		if cfg.HTTPPort > 0 {
-			n.httpPort = cfg.HTTPPort + i
+		if err := os.RemoveAll(n.home); err != nil {
+			return err
+		}
+		var err error
+		if c.cfg.HTTPPort > 0 {
+			n.httpPort = c.cfg.HTTPPort + i
 		} else if n.httpPort, err = freePort(); err != nil {
-			return nil, err
+			return err
 		}
 		if n.transportPort, err = freePort(); err != nil {
-			return nil, err
+			return err
 		}
 		c.nodes = append(c.nodes, n)
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
-	defer cancel()
 	c.mu.Lock()
+	var err error
 	for _, n := range c.nodes {
 		if err = c.spawn(n, true); err != nil {
 			break
 		}
 	}
 	c.mu.Unlock()
-	if err == nil {
-		err = c.waitHealth(ctx, 0, "green")
-	}
 	if err != nil {
-		c.Close()
-		return nil, fmt.Errorf("start %d-node %s: %w", cfg.Nodes, e, err)
+		return err
 	}
-	return c, nil
+	return c.waitHealth(ctx, 0, "green")
 }
 
 // spawn starts node n's JVM; c.mu is held.
@@ -246,11 +271,17 @@ func (c *Cluster) spawn(n *node, first bool) error {
 	return nil
 }
 
-// waitHealth waits until node via reports the cluster with all its nodes
-// and at least the given status ("green", "yellow"), failing early when a
-// JVM exits.
+// waitHealth waits until node via reports the cluster with every running
+// node and at least the given status ("green", "yellow"), failing early
+// when a JVM exits.
 func (c *Cluster) waitHealth(ctx context.Context, via int, status string) error {
-	url := fmt.Sprintf("%s/_cluster/health?wait_for_status=%s&wait_for_nodes=%d&timeout=2s", c.NodeURL(via), status, len(c.nodes))
+	running := 0
+	for i := range c.nodes {
+		if c.Running(i) {
+			running++
+		}
+	}
+	url := fmt.Sprintf("%s/_cluster/health?wait_for_status=%s&wait_for_nodes=%d&timeout=2s", c.NodeURL(via), status, running)
 	var last string
 	for {
 		if err := c.exitedNode(); err != nil {
@@ -275,7 +306,7 @@ func (c *Cluster) waitHealth(ctx context.Context, via int, status string) error 
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("cluster not %s with %d nodes (via %s): %w; last answer: %s", status, len(c.nodes), c.nodes[via].name, ctx.Err(), last)
+			return fmt.Errorf("cluster not %s with %d nodes (via %s): %w; last answer: %s", status, running, c.nodes[via].name, ctx.Err(), last)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -293,7 +324,11 @@ func (c *Cluster) exitedNode() error {
 		select {
 		case <-n.exited:
 			b, _ := os.ReadFile(filepath.Join(n.home, "node.log"))
-			return fmt.Errorf("node %s exited (%v); the end of %s:\n%s", n.name, n.cmd.ProcessState, filepath.Join(n.home, "node.log"), tail(string(b), 30))
+			err := fmt.Errorf("node %s exited (%v); the end of %s:\n%s", n.name, n.cmd.ProcessState, filepath.Join(n.home, "node.log"), tail(string(b), 30))
+			if strings.Contains(string(b), "Address already in use") {
+				err = fmt.Errorf("%w: %w", errPortTaken, err)
+			}
+			return err
 		default:
 		}
 	}
@@ -384,6 +419,7 @@ func (c *Cluster) Kill(i int) error {
 	}
 	_ = n.cmd.Process.Signal(syscall.SIGKILL)
 	<-n.exited
+	_ = n.stdin.Close()
 	n.cmd = nil
 	return nil
 }
@@ -417,8 +453,8 @@ func (c *Cluster) stop(n *node) {
 }
 
 // Start starts node i again (after Kill or Stop) on its data, ports and
-// settings, and waits until the cluster has all its nodes again (not for
-// green: the caller decides what to wait for, see WaitGreen).
+// settings, and waits until it is in the cluster with every running node
+// (not for green: the caller decides what to wait for, see WaitGreen).
 func (c *Cluster) Start(ctx context.Context, i int) error {
 	c.mu.Lock()
 	if i < 0 || i >= len(c.nodes) {
@@ -479,8 +515,8 @@ func (c *Cluster) Running(i int) bool {
 	return err == nil
 }
 
-// WaitGreen waits until the cluster, asked through a running node, has all
-// its nodes and is green.
+// WaitGreen waits until the cluster, asked through a running node, has
+// every running node and is green.
 func (c *Cluster) WaitGreen(ctx context.Context) error {
 	via := -1
 	for i := range c.nodes {
@@ -536,6 +572,15 @@ func (c *Cluster) Shards(ctx context.Context, via int, index string) ([]ShardCop
 // Close stops every running node (SIGTERM, then SIGKILL after
 // DefaultStopTimeout), concurrently, and removes Dir if Start made it.
 func (c *Cluster) Close() error {
+	c.stopAll()
+	if c.ownsDir {
+		return os.RemoveAll(c.dir)
+	}
+	return nil
+}
+
+// stopAll stops every running node, concurrently.
+func (c *Cluster) stopAll() {
 	c.mu.Lock()
 	var wg sync.WaitGroup
 	for _, n := range c.nodes {
@@ -550,10 +595,6 @@ func (c *Cluster) Close() error {
 	}
 	wg.Wait()
 	c.mu.Unlock()
-	if c.ownsDir {
-		return os.RemoveAll(c.dir)
-	}
-	return nil
 }
 
 func freePort() (int, error) {
