@@ -343,7 +343,7 @@ func checkTargets(ctx context.Context, client *es.Client, store *checkpoint.Stor
 				if namesExplicitly(expr, ix.Name) {
 					todo = "remove it from --index"
 				}
-				return fmt.Errorf("index %s (matched by --index %q) has sequence numbers disabled (index.disable_sequence_numbers: true, the default for time_series indices from Elasticsearch 9.4): a change feed reads documents by _seq_no and cannot follow it; %s",
+				return fmt.Errorf("index %s (matched by --index %q) has sequence numbers disabled (index.disable_sequence_numbers: true, the default for index.mode columnar in Elasticsearch 9.5): a change feed reads documents by _seq_no and cannot follow it; %s",
 					ix.Name, expr, todo)
 			}
 		}

@@ -56,6 +56,9 @@ type State struct {
 	Origins map[ShardID]int64
 	// CommittedAt is when each shard's checkpoint was last written.
 	CommittedAt map[ShardID]time.Time
+	// Histories are the shards' history_uuid as the feed last read them
+	// (absent before the feed recorded one).
+	Histories map[ShardID]string
 	// Indices are the indices the feed has seen, by uuid.
 	Indices map[string]IndexInfo
 }
@@ -70,6 +73,9 @@ type Batch struct {
 	Gaps map[ShardID]int64
 	// Origins are set (HSET) for shards that start above -1.
 	Origins map[ShardID]int64
+	// Histories are set (HSET): the history_uuid of the shards the batch
+	// read.
+	Histories map[ShardID]string
 	// Delivered documents are added to each shard's delivered set (SADD),
 	// and their custom routing to its routing hash.
 	Delivered map[ShardID][]Doc
@@ -92,7 +98,7 @@ type Batch struct {
 }
 
 func (b Batch) empty() bool {
-	return len(b.Events) == 0 && len(b.Checkpoints) == 0 && len(b.Gaps) == 0 && len(b.Origins) == 0 && len(b.Delivered) == 0 &&
+	return len(b.Events) == 0 && len(b.Checkpoints) == 0 && len(b.Gaps) == 0 && len(b.Origins) == 0 && len(b.Histories) == 0 && len(b.Delivered) == 0 &&
 		len(b.Removed) == 0 && len(b.Indices) == 0 && len(b.ForgetShards) == 0 && len(b.ForgetIndices) == 0 &&
 		len(b.DropKeys) == 0 && len(b.Meta) == 0 && len(b.Generations) == 0
 }
@@ -476,13 +482,21 @@ func (s *Store) NextGeneration(ctx context.Context, uuid, name string) (gen int6
 // Load reads the checkpoints and known indices.
 func (s *Store) Load(ctx context.Context) (State, error) {
 	st := State{Checkpoints: map[ShardID]int64{}, Gaps: map[ShardID]int64{}, Origins: map[ShardID]int64{},
-		CommittedAt: map[ShardID]time.Time{}, Indices: map[string]IndexInfo{}}
+		CommittedAt: map[ShardID]time.Time{}, Histories: map[ShardID]string{}, Indices: map[string]IndexInfo{}}
 	at := map[ShardID]int64{}
 	cps, err := s.cfg.Client.HGetAll(ctx, s.cfg.Keys.Checkpoints()).Result()
 	if err != nil {
 		return st, fmt.Errorf("load checkpoints %s: %w", s.cfg.Keys.Checkpoints(), err)
 	}
 	for field, v := range cps {
+		if f, ok := strings.CutSuffix(field, "/history"); ok {
+			id, ok := parseShardField(f)
+			if !ok {
+				return st, fmt.Errorf("load checkpoints %s: field %q is not <index_uuid>/<shard>/history", s.cfg.Keys.Checkpoints(), field)
+			}
+			st.Histories[id] = v
+			continue
+		}
 		dst := st.Checkpoints
 		name := field
 		if f, ok := strings.CutSuffix(field, "/gap"); ok {
@@ -494,7 +508,7 @@ func (s *Store) Load(ctx context.Context) (State, error) {
 		}
 		id, ok := parseShardField(name)
 		if !ok {
-			return st, fmt.Errorf("load checkpoints %s: field %q is not <index_uuid>/<shard>[/gap|/origin|/at]", s.cfg.Keys.Checkpoints(), field)
+			return st, fmt.Errorf("load checkpoints %s: field %q is not <index_uuid>/<shard>[/gap|/origin|/at|/history]", s.cfg.Keys.Checkpoints(), field)
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
@@ -661,13 +675,17 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 			for id, n := range b.Origins {
 				p.HSet(ctx, k.Checkpoints(), redisx.OriginField(id.IndexUUID, id.Shard), strconv.FormatInt(n, 10))
 			}
+			for id, h := range b.Histories {
+				p.HSet(ctx, k.Checkpoints(), redisx.HistoryField(id.IndexUUID, id.Shard), h)
+			}
 			for id, n := range b.Gaps {
 				if n != 0 {
 					p.HIncrBy(ctx, k.Checkpoints(), redisx.GapField(id.IndexUUID, id.Shard), n)
 				}
 			}
 			for _, id := range b.ForgetShards {
-				p.HDel(ctx, k.Checkpoints(), id.String(), redisx.GapField(id.IndexUUID, id.Shard), redisx.OriginField(id.IndexUUID, id.Shard), id.String()+"/at")
+				p.HDel(ctx, k.Checkpoints(), id.String(), redisx.GapField(id.IndexUUID, id.Shard), redisx.OriginField(id.IndexUUID, id.Shard), id.String()+"/at",
+					redisx.HistoryField(id.IndexUUID, id.Shard))
 				p.Del(ctx, k.Delivered(id.IndexUUID, id.Shard), k.Routing(id.IndexUUID, id.Shard), k.Scan(id.IndexUUID, id.Shard))
 			}
 			if len(b.ForgetIndices) > 0 {

@@ -53,6 +53,7 @@ func TestStore_CommitThenLoad(t *testing.T) {
 		Checkpoints: map[checkpoint.ShardID]int64{sh0: 5, sh1: 1},
 		Delivered:   map[checkpoint.ShardID][]checkpoint.Doc{sh0: {{ID: "a"}, {ID: "b", Routing: "r1"}}, sh1: {{ID: "a"}}},
 		Gaps:        map[checkpoint.ShardID]int64{sh0: 2},
+		Histories:   map[checkpoint.ShardID]string{sh0: "h-0"},
 		Indices:     map[string]checkpoint.IndexInfo{"U1": {Name: "idx", Target: "idx", Shards: 2, FirstSeen: time.Unix(100, 0).UTC()}},
 	}
 	if err := st.Commit(ctx, b); err != nil {
@@ -69,6 +70,9 @@ func TestStore_CommitThenLoad(t *testing.T) {
 	}
 	if got.Checkpoints[sh0] != 5 || got.Checkpoints[sh1] != 1 || len(got.Checkpoints) != 2 {
 		t.Errorf("checkpoints = %v, want U1/0=5 U1/1=1", got.Checkpoints)
+	}
+	if got.Histories[sh0] != "h-0" || len(got.Histories) != 1 {
+		t.Errorf("histories = %v, want U1/0=h-0", got.Histories)
 	}
 	if info := got.Indices["U1"]; info.Name != "idx" || info.Shards != 2 || !info.FirstSeen.Equal(time.Unix(100, 0)) {
 		t.Errorf("index info = %+v", info)
@@ -120,7 +124,7 @@ func TestStore_CommitThenLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	after, _ := st.Load(ctx)
-	if len(after.Checkpoints) != 0 || len(after.Gaps) != 0 || len(after.Indices) != 0 {
+	if len(after.Checkpoints) != 0 || len(after.Gaps) != 0 || len(after.Indices) != 0 || len(after.Histories) != 0 {
 		t.Errorf("state after forgetting U1: %+v", after)
 	}
 	for _, key := range []string{keys.Delivered("U1", 0), keys.Delivered("U1", 1), keys.Routing("U1", 0), scratch} {

@@ -158,6 +158,12 @@ func GapField(indexUUID string, shard int) string {
 	return CheckpointField(indexUUID, shard) + "/gap"
 }
 
+// HistoryField is the checkpoints-hash field holding the shard's
+// history_uuid when the feed last read it.
+func HistoryField(indexUUID string, shard int) string {
+	return CheckpointField(indexUUID, shard) + "/history"
+}
+
 // OriginField is the checkpoints-hash field holding where the feed began
 // reading a shard, when not from its beginning (--from now).
 func OriginField(indexUUID string, shard int) string {

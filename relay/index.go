@@ -27,10 +27,11 @@ type cursor struct {
 	gone    bool             // the index was deleted and its end emitted
 	prog    *progress        // the initial read of a large index
 
-	uuid    string
-	cps     map[int]int64 // shard -> checkpoint of uuid; absent: never read
-	gaps    map[int]int64 // shard -> gap counter
-	origins map[int]int64 // shard -> where reading began, when not -1
+	uuid      string
+	cps       map[int]int64  // shard -> checkpoint of uuid; absent: never read
+	gaps      map[int]int64  // shard -> gap counter
+	origins   map[int]int64  // shard -> where reading began, when not -1
+	histories map[int]string // shard -> history_uuid the feed read under
 }
 
 // follow runs rounds on one index until ctx ends or the index is gone.
@@ -55,7 +56,7 @@ func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) e
 			return nil
 		}
 		if errors.Is(err, redisx.ErrLeaseLost) || errors.Is(err, ErrUnfollowable) || errors.Is(err, deletes.ErrOtherCluster) ||
-			errors.Is(err, checkpoint.ErrRolledBack) {
+			errors.Is(err, checkpoint.ErrRolledBack) || errors.Is(err, ErrHistoryReplaced) {
 			// A rollback stops every index loop: the relay starts them again
 			// on the state Redis holds now.
 			return err
@@ -129,6 +130,10 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) (bool, erro
 	for _, sc := range st.Shards {
 		if !r.owns(st.UUID, sc.Shard) {
 			continue // another partition's
+		}
+		if h := cur.histories[sc.Shard]; h != "" && sc.HistoryUUID != "" && h != sc.HistoryUUID {
+			return false, fmt.Errorf("%w: shard %d of index %s has a new history (history_uuid %s, now %s): a copy that lacks acknowledged operations became its primary (allocate_stale_primary or allocate_empty_primary with accept_data_loss, or a snapshot restored into the index), so operations the feed delivered may be gone and their seq nos taken again by new ones, which the feed cannot tell apart: run `es-changefeed resync` to rebuild the feed from the documents as they are",
+				ErrHistoryReplaced, sc.Shard, name, h, sc.HistoryUUID)
 		}
 		cp, ok := cur.cps[sc.Shard]
 		if !ok {
@@ -218,7 +223,7 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 		return err
 	}
 	if settings.SequenceNumbersDisabled {
-		return fmt.Errorf("%w: index %s has sequence numbers disabled (index.disable_sequence_numbers: true, the default for time_series indices from Elasticsearch 9.4): documents cannot be read by _seq_no", ErrUnfollowable, name)
+		return fmt.Errorf("%w: index %s has sequence numbers disabled (index.disable_sequence_numbers: true, the default for index.mode columnar in Elasticsearch 9.5): documents cannot be read by _seq_no", ErrUnfollowable, name)
 	}
 	if settings.UUID != "" && settings.UUID != st.UUID {
 		return fmt.Errorf("index %s changed while being read (uuid %s, then %s)", name, st.UUID, settings.UUID)
@@ -226,7 +231,12 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 	if cur.told != "" && cur.told != st.UUID {
 		r.log.Warn("index was re-created: following the new index from its beginning", logIndex, name, "old_uuid", cur.told, logUUID, st.UUID)
 	}
-	cur.cps, cur.gaps, cur.origins = map[int]int64{}, map[int]int64{}, map[int]int64{}
+	cur.cps, cur.gaps, cur.origins, cur.histories = map[int]int64{}, map[int]int64{}, map[int]int64{}, map[int]string{}
+	for id, h := range cur.state.Histories {
+		if id.IndexUUID == st.UUID {
+			cur.histories[id.Shard] = h
+		}
+	}
 	for id, cp := range cur.state.Checkpoints {
 		if id.IndexUUID == st.UUID {
 			cur.cps[id.Shard] = cp
@@ -242,7 +252,7 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 			cur.origins[id.Shard] = o
 		}
 	}
-	batch := checkpoint.Batch{Checkpoints: map[checkpoint.ShardID]int64{}, Origins: map[checkpoint.ShardID]int64{}}
+	batch := checkpoint.Batch{Checkpoints: map[checkpoint.ShardID]int64{}, Origins: map[checkpoint.ShardID]int64{}, Histories: map[checkpoint.ShardID]string{}}
 	if err := r.assignGeneration(ctx, st.UUID, name, &batch); err != nil {
 		return err
 	}
@@ -258,6 +268,9 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 				id := checkpoint.ShardID{IndexUUID: st.UUID, Shard: sc.Shard}
 				batch.Checkpoints[id] = sc.GlobalCheckpoint
 				batch.Origins[id] = sc.GlobalCheckpoint
+				if sc.HistoryUUID != "" {
+					batch.Histories[id] = sc.HistoryUUID
+				}
 			}
 		}
 	}
@@ -271,6 +284,10 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 	for id, o := range batch.Origins {
 		cur.origins[id.Shard] = o
 		cur.state.Origins[id] = o
+	}
+	for id, h := range batch.Histories {
+		cur.histories[id.Shard] = h
+		cur.state.Histories[id] = h
 	}
 	for uuid, info := range batch.Indices {
 		cur.state.Indices[uuid] = info
@@ -318,6 +335,10 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 			Events:      make([]redisx.Event, len(hits)),
 			Checkpoints: map[checkpoint.ShardID]int64{id: next},
 		}
+		if primary.HistoryUUID != "" && cur.histories[shard] != primary.HistoryUUID {
+			// The history this shard is read under, checked every round.
+			batch.Histories = map[checkpoint.ShardID]string{id: primary.HistoryUUID}
+		}
 		docs := make([]checkpoint.Doc, len(hits))
 		for i, h := range hits {
 			batch.Events[i] = upsertEvent(name, cur.uuid, shard, cur.target, h)
@@ -339,6 +360,10 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 		r.m.checkpoint.WithLabelValues(name, strconv.Itoa(shard)).Set(float64(next))
 		cur.cps[shard] = next
 		cur.state.Checkpoints[id] = next
+		if h := batch.Histories[id]; h != "" {
+			cur.histories[shard] = h
+			cur.state.Histories[id] = h
+		}
 		if gap > 0 {
 			cur.gaps[shard] += gap
 		}
@@ -396,7 +421,7 @@ func (r *Relay) settle(ctx context.Context, name string, shard int, primary es.S
 	deadline := time.Now().Add(settleTimeout)
 	wait := 5 * time.Millisecond
 	for {
-		if sc.PrimaryTerm != primary.PrimaryTerm || sc.Node != primary.Node {
+		if sc.PrimaryTerm != primary.PrimaryTerm || sc.Node != primary.Node || sc.HistoryUUID != primary.HistoryUUID {
 			return fmt.Errorf("shard %d of %s: %w (primary term %d on node %s, then %d on %s): reading the page again",
 				shard, name, errPrimaryChanged, primary.PrimaryTerm, primary.Node, sc.PrimaryTerm, sc.Node)
 		}
@@ -433,7 +458,7 @@ func (r *Relay) indexMissing(ctx context.Context, name string, cur *cursor, notF
 	if err := r.forgetOthers(ctx, name, "", cur); err != nil {
 		return false, err
 	}
-	cur.uuid, cur.cps, cur.gaps, cur.origins = "", nil, nil, nil
+	cur.uuid, cur.cps, cur.gaps, cur.origins, cur.histories = "", nil, nil, nil, nil
 	cur.gone = true
 	return true, nil
 }

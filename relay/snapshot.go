@@ -237,7 +237,11 @@ func (r *Relay) snapshotShard(ctx context.Context, name, target, uuid string, sc
 		// The view may hold ops above the gcp read before it: they are read
 		// again by the rounds that follow, never missed.
 		if sc.GlobalCheckpoint >= 0 {
-			if err := r.commit(ctx, checkpoint.Batch{Checkpoints: map[checkpoint.ShardID]int64{id: sc.GlobalCheckpoint}}); err != nil {
+			b := checkpoint.Batch{Checkpoints: map[checkpoint.ShardID]int64{id: sc.GlobalCheckpoint}}
+			if sc.HistoryUUID != "" {
+				b.Histories = map[checkpoint.ShardID]string{id: sc.HistoryUUID}
+			}
+			if err := r.commit(ctx, b); err != nil {
 				return n, err
 			}
 		}

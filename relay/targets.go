@@ -17,6 +17,11 @@ import (
 // numbers disabled). It is refused with an error, not retried.
 var ErrUnfollowable = errors.New("index cannot be followed")
 
+// ErrHistoryReplaced stops the relay: a shard's history_uuid changed, so
+// its seq nos no longer mean what the feed's checkpoint says (a stale or
+// empty copy was forced to be primary). Only a resync recovers.
+var ErrHistoryReplaced = errors.New("a shard's history was replaced")
+
 // follower is the loop of one concrete index.
 type follower struct {
 	target string

@@ -159,6 +159,13 @@ type ShardCheckpoints struct {
 	// Node is the id of the node holding the primary: a failover promotes a
 	// copy on another node.
 	Node string
+	// HistoryUUID is the primary's commit.user_data.history_uuid: it stays
+	// through failovers and recoveries and changes when a copy that lacks
+	// acknowledged ops becomes primary anyway (allocate_stale_primary or
+	// allocate_empty_primary with accept_data_loss, a snapshot restored
+	// into the index): the shard's history was replaced and its seq nos
+	// may be taken again. "" when the cluster does not report it.
+	HistoryUUID string
 }
 
 // IndexStats are the primaries' checkpoints of one index. Shards whose
@@ -192,6 +199,11 @@ func (c *Client) Stats(ctx context.Context, indices []string) (map[string]IndexS
 				RetentionLeases struct {
 					PrimaryTerm int64 `json:"primary_term"`
 				} `json:"retention_leases"`
+				Commit struct {
+					UserData struct {
+						HistoryUUID string `json:"history_uuid"`
+					} `json:"user_data"`
+				} `json:"commit"`
 			} `json:"shards"`
 		} `json:"indices"`
 	}
@@ -221,7 +233,8 @@ func (c *Client) Stats(ctx context.Context, indices []string) (map[string]IndexS
 					return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("shard %d of %s has no seq_no stats", n, name), Err: ErrMalformed}
 				}
 				st.Shards = append(st.Shards, ShardCheckpoints{Shard: n, GlobalCheckpoint: cp.SeqNo.GlobalCheckpoint,
-					LocalCheckpoint: cp.SeqNo.LocalCheckpoint, MaxSeqNo: cp.SeqNo.MaxSeqNo, PrimaryTerm: cp.RetentionLeases.PrimaryTerm, Node: cp.Routing.Node})
+					LocalCheckpoint: cp.SeqNo.LocalCheckpoint, MaxSeqNo: cp.SeqNo.MaxSeqNo, PrimaryTerm: cp.RetentionLeases.PrimaryTerm, Node: cp.Routing.Node,
+					HistoryUUID: cp.Commit.UserData.HistoryUUID})
 			}
 		}
 		sort.Slice(st.Shards, func(i, j int) bool { return st.Shards[i].Shard < st.Shards[j].Shard })
@@ -248,8 +261,8 @@ type IndexSettings struct {
 }
 
 // Settings reads GET /<index>/_settings?flat_settings=true&include_defaults=true:
-// a setting's default (such as index.disable_sequence_numbers on a time
-// series index) counts as much as an explicit value.
+// a setting's default (such as index.disable_sequence_numbers on a
+// columnar index of Elasticsearch 9.5) counts as much as an explicit value.
 func (c *Client) Settings(ctx context.Context, index string) (IndexSettings, error) {
 	op := "read settings of " + index
 	var r map[string]struct {

@@ -146,7 +146,7 @@ func TestCLI_BadInput(t *testing.T) {
 	createIndex(t, c, "present", 1, 0)
 	createIndex(t, c, "shut", 1, 0)
 	mustDo(t, "POST", c.URL()+"/shut/_close", "")
-	mustDo(t, "PUT", c.URL()+"/ts-1", `{"settings":{"index.mode":"time_series","index.routing_path":["host"],"number_of_shards":1}}`)
+	mustDo(t, "PUT", c.URL()+"/ts-1", `{"settings":{"index.disable_sequence_numbers":true,"number_of_shards":1}}`)
 	secured := cluster(t, esemu.Config{Users: map[string]string{"elastic": "right"}})
 	osSecured := cluster(t, esemu.Config{Flavor: esemu.FlavorOpenSearch2, Users: map[string]string{"admin": "right"}})
 	tlsES := cluster(t, esemu.Config{TLS: true})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/es-changefeed/es-changefeed/tests/engines"
+	"github.com/es-changefeed/es-changefeed/tests/esemu"
 )
 
 // TestMain stops the engine the package started for ESCF_TEST_ENGINE.
@@ -72,3 +73,28 @@ type engineBackend struct {
 }
 
 func (e *engineBackend) URL() string { return e.realCluster.URL() }
+
+// flavorEngines maps the emulator's flavors to the engines of the same
+// product line.
+var flavorEngines = map[esemu.Flavor]string{
+	esemu.FlavorES7: "elasticsearch-7", esemu.FlavorES8: "elasticsearch-8", esemu.FlavorES9: "elasticsearch-9",
+	esemu.FlavorOpenSearch2: "opensearch-2", esemu.FlavorOpenSearch3: "opensearch-3",
+}
+
+// flavorCluster is the cluster of a test about one engine line (cfg.Flavor):
+// the shared real node when ESCF_TEST_ENGINE is that line's engine, an
+// emulator of the flavor when the suite runs on the emulator; on another
+// real cluster the test skips.
+func flavorCluster(tb testing.TB, cfg esemu.Config) testCluster {
+	tb.Helper()
+	want := flavorEngines[cfg.Flavor]
+	switch name := testEngineName(); {
+	case name == want:
+		return esCluster(tb, cfg)
+	case name != "":
+		tb.Skipf("about %s only; ESCF_TEST_ENGINE is %s", want, name)
+	case os.Getenv("ESCF_TEST_ES_URL") != "":
+		tb.Skipf("about %s only, on the emulator or ESCF_TEST_ENGINE=%s", want, want)
+	}
+	return &emulator{newEmulator(tb, cfg)}
+}

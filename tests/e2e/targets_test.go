@@ -489,26 +489,28 @@ func TestTargets_NothingYetThenSomething(t *testing.T) {
 }
 
 // TestTargets_SeqNoDisabledRefused: an index with sequence numbers disabled
-// (ES 9.4+ time series) is refused with an error naming the index and the
-// setting: at startup the relay exits; found later, it is skipped and the
-// other indices are still followed.
+// (index.disable_sequence_numbers, Elasticsearch 9.5's default for columnar
+// indices) is refused with an error naming the index and the setting: at
+// startup the relay exits; found later, it is skipped and the other indices
+// are still followed. It runs on a real Elasticsearch 9 too.
 func TestTargets_SeqNoDisabledRefused(t *testing.T) {
-	c := cluster(t, esemu.Config{Flavor: esemu.FlavorES9})
-	mustDo(t, "PUT", c.URL()+"/ts-1", `{"settings":{"index.mode":"time_series","index.routing_path":["host"],"number_of_shards":1}}`)
-	createIndex(t, c, "plain-1", 1, 0)
+	c := flavorCluster(t, esemu.Config{Flavor: esemu.FlavorES9})
+	ts, plain := c.Index("ts-1"), c.Index("plain-1")
+	mustDo(t, "PUT", c.URL()+"/"+ts, `{"settings":{"index.disable_sequence_numbers":true,"number_of_shards":1,"number_of_replicas":0}}`)
+	createIndex(t, c, plain, 1, 0)
 	srv := redistest.Start(t)
-	code, out := runBinary(t, 30*time.Second, relayArgs(c, srv.URL(), "tsds", "ts-1")...)
+	code, out := runBinary(t, 30*time.Second, relayArgs(c, srv.URL(), "tsds", ts)...)
 	last := out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:]
-	if code != 1 || !strings.Contains(last, "index ts-1") || !strings.Contains(last, "index.disable_sequence_numbers") {
+	if code != 1 || !strings.Contains(last, "index "+ts) || !strings.Contains(last, "index.disable_sequence_numbers") {
 		t.Fatalf("exit %d, last line %q", code, last)
 	}
 	// Found by a pattern while running: refused once, the rest followed.
 	logs := &lockedLog{}
-	f := startRelay(t, c, srv.URL(), "mixed", []string{"plain-*", "ts-*"}, func(cfg *relay.Config) {
+	f := startRelay(t, c, srv.URL(), "mixed", []string{c.Index("plain-*"), c.Index("ts-*")}, func(cfg *relay.Config) {
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
-	mustDo(t, "PUT", c.URL()+"/plain-1/_doc/ok", `{}`)
-	waitCaughtUp(t, c, f.store, []string{"plain-1"}, 10*time.Second)
+	mustDo(t, "PUT", c.URL()+"/"+plain+"/_doc/ok", `{}`)
+	waitCaughtUp(t, c, f.store, []string{plain}, 10*time.Second)
 	time.Sleep(300 * time.Millisecond)
 	if n := strings.Count(logs.String(), "refusing to follow index"); n != 1 || !strings.Contains(logs.String(), "index.disable_sequence_numbers") {
 		t.Fatalf("refusal logged %d times:\n%s", n, logs)
