@@ -77,7 +77,7 @@ func inspect(c backend) inspector {
 	case *realCluster:
 		return v
 	case *engineBackend:
-		return v.realCluster
+		return v
 	}
 	panic(fmt.Sprintf("no inspector for %T", c))
 }
@@ -232,7 +232,18 @@ type realCluster struct {
 	prefix string
 }
 
-func (rc *realCluster) URL() string { return rc.url }
+// URL is the cluster's URL; on a cluster of engine nodes, the first node
+// that runs (tests kill and pause nodes).
+func (rc *realCluster) URL() string {
+	if rc.engine != nil {
+		for i := 0; i < rc.engine.Nodes(); i++ {
+			if rc.engine.Running(i) {
+				return rc.engine.NodeURL(i)
+			}
+		}
+	}
+	return rc.url
+}
 
 func (rc *realCluster) Index(name string) string { return rc.prefix + name }
 
@@ -254,7 +265,7 @@ func (rc *realCluster) cliArgs() []string {
 // deleteAll deletes the data streams and indices named with the test's
 // prefix (by name: wildcard deletes may be forbidden).
 func (rc *realCluster) deleteAll(tb testing.TB) {
-	st, body := httpDo(tb, "GET", rc.url+"/_resolve/index/"+rc.prefix+"*?expand_wildcards=all", "")
+	st, body := httpDo(tb, "GET", rc.URL()+"/_resolve/index/"+rc.prefix+"*?expand_wildcards=all", "")
 	if st != 200 {
 		tb.Logf("cleanup: resolve %s*: HTTP %d: %s", rc.prefix, st, body)
 		return
@@ -268,7 +279,7 @@ func (rc *realCluster) deleteAll(tb testing.TB) {
 		return
 	}
 	for _, ds := range r.DataStreams {
-		httpDo(tb, "DELETE", rc.url+"/_data_stream/"+ds.Name, "")
+		httpDo(tb, "DELETE", rc.URL()+"/_data_stream/"+ds.Name, "")
 	}
 	var names []string
 	for _, ix := range r.Indices {
@@ -277,7 +288,7 @@ func (rc *realCluster) deleteAll(tb testing.TB) {
 		}
 	}
 	if len(names) > 0 {
-		if st, body := httpDo(tb, "DELETE", rc.url+"/"+strings.Join(names, ",")+"?ignore_unavailable=true", ""); st >= 300 {
+		if st, body := httpDo(tb, "DELETE", rc.URL()+"/"+strings.Join(names, ",")+"?ignore_unavailable=true", ""); st >= 300 {
 			tb.Logf("cleanup: delete %v: HTTP %d: %s", names, st, body)
 		}
 	}
@@ -289,7 +300,7 @@ func (rc *realCluster) numShards(tb testing.TB, index string) int {
 	var r map[string]struct {
 		Settings map[string]any `json:"settings"`
 	}
-	if err := json.Unmarshal(mustDo(tb, "GET", rc.url+"/"+index+"/_settings?flat_settings=true", ""), &r); err != nil {
+	if err := json.Unmarshal(mustDo(tb, "GET", rc.URL()+"/"+index+"/_settings?flat_settings=true", ""), &r); err != nil {
 		tb.Fatal(err)
 	}
 	n, err := strconv.Atoi(fmt.Sprint(r[index].Settings["index.number_of_shards"]))
@@ -303,7 +314,7 @@ func (rc *realCluster) numShards(tb testing.TB, index string) int {
 // refresh (every op up to the gcp is then visible on every copy).
 func (rc *realCluster) docs(tb testing.TB, index string) map[docKey]doc {
 	tb.Helper()
-	mustDo(tb, "POST", rc.url+"/"+index+"/_refresh", "")
+	mustDo(tb, "POST", rc.URL()+"/"+index+"/_refresh", "")
 	uuid := indexUUID(tb, rc, index)
 	out := map[docKey]doc{}
 	for n := 0; n < rc.numShards(tb, index); n++ {
@@ -323,7 +334,7 @@ func (rc *realCluster) docs(tb testing.TB, index string) map[docKey]doc {
 					} `json:"hits"`
 				} `json:"hits"`
 			}
-			b := mustDo(tb, "POST", fmt.Sprintf("%s/%s/_search?preference=_shards:%d", rc.url, index, n), body)
+			b := mustDo(tb, "POST", fmt.Sprintf("%s/%s/_search?preference=_shards:%d", rc.URL(), index, n), body)
 			if err := json.Unmarshal(b, &r); err != nil {
 				tb.Fatal(err)
 			}
@@ -357,7 +368,7 @@ func (rc *realCluster) shards(tb testing.TB, index string) []shardSeqNos {
 			} `json:"shards"`
 		} `json:"indices"`
 	}
-	if err := json.Unmarshal(mustDo(tb, "GET", rc.url+"/"+index+"/_stats/get?level=shards", ""), &r); err != nil {
+	if err := json.Unmarshal(mustDo(tb, "GET", rc.URL()+"/"+index+"/_stats/get?level=shards", ""), &r); err != nil {
 		tb.Fatal(err)
 	}
 	ix, ok := r.Indices[index]

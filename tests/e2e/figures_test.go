@@ -116,34 +116,77 @@ func primaryHistory(tb testing.TB, c *esemu.Cluster, index string, n int) (ops [
 // Events of other indices are ignored.
 func audit(tb testing.TB, c *esemu.Cluster, indices []string, evs []redisx.Event) auditResult {
 	tb.Helper()
-	var a auditResult
-	type opKey struct {
-		uuid  string
-		shard int
-		seq   int64
-	}
-	history := map[opKey]esemu.Op{}
-	deletedAt := map[docKey][]int64{}
-	uuids := map[string]bool{}
-	want := map[docKey]doc{}
+	h := historyOracle{ops: map[opKey]esemu.Op{}, deletedAt: map[docKey][]int64{}}
 	for _, ix := range indices {
 		uuid := indexUUID(tb, c, ix)
-		uuids[uuid] = true
-		for k, d := range clusterDocs(tb, c, ix) {
-			want[k] = d
-		}
 		for n := 0; ; n++ {
 			hist, ok := primaryHistory(tb, c, ix, n)
 			if !ok {
 				break
 			}
 			for _, o := range hist {
-				history[opKey{uuid, n, o.SeqNo}] = o
+				h.ops[opKey{uuid, n, o.SeqNo}] = o
 				if o.Type == "delete" {
 					k := docKey{uuid, n, o.ID}
-					deletedAt[k] = append(deletedAt[k], o.SeqNo)
+					h.deletedAt[k] = append(h.deletedAt[k], o.SeqNo)
 				}
 			}
+		}
+	}
+	return auditEvents(tb, c, indices, evs, h)
+}
+
+// opKey names an op: its shard and seq no.
+type opKey struct {
+	uuid  string
+	shard int
+	seq   int64
+}
+
+// opOracle says whether the ops behind events exist, for auditEvents.
+type opOracle interface {
+	// wrongUpsert returns why an upsert event is not an op that exists
+	// ("" when it is).
+	wrongUpsert(e redisx.Event) string
+	// deletedAfter reports whether document k was deleted by an op after
+	// seq no after (its last delivered upsert).
+	deletedAfter(k docKey, after int64) bool
+}
+
+// historyOracle judges by the emulator's op histories.
+type historyOracle struct {
+	ops       map[opKey]esemu.Op
+	deletedAt map[docKey][]int64
+}
+
+func (h historyOracle) wrongUpsert(e redisx.Event) string {
+	o, found := h.ops[opKey{e.IndexUUID, e.Shard, e.SeqNo}]
+	if !found || o.Type != "index" || o.ID != e.ID || o.PrimaryTerm != e.PrimaryTerm {
+		return fmt.Sprintf("not in the shard's history (history has %+v)", o)
+	}
+	return ""
+}
+
+func (h historyOracle) deletedAfter(k docKey, after int64) bool {
+	for _, seq := range h.deletedAt[k] {
+		if seq > after {
+			return true
+		}
+	}
+	return false
+}
+
+// auditEvents is audit with the judgement of ops left to oracle: the
+// emulator's histories, or a real cluster's acknowledgements.
+func auditEvents(tb testing.TB, c backend, indices []string, evs []redisx.Event, oracle opOracle) auditResult {
+	tb.Helper()
+	var a auditResult
+	uuids := map[string]bool{}
+	want := map[docKey]doc{}
+	for _, ix := range indices {
+		uuids[indexUUID(tb, c, ix)] = true
+		for k, d := range clusterDocs(tb, c, ix) {
+			want[k] = d
 		}
 	}
 	var mine []redisx.Event
@@ -166,9 +209,9 @@ func audit(tb testing.TB, c *esemu.Cluster, indices []string, evs []redisx.Event
 				a.problem("duplicate upsert %v seq %d (entry %s)", k, e.SeqNo, e.StreamID)
 			}
 			seen[ok] = true
-			if h, found := history[ok]; !found || h.Type != "index" || h.ID != e.ID || h.PrimaryTerm != e.PrimaryTerm {
+			if why := oracle.wrongUpsert(e); why != "" {
 				a.Wrong++
-				a.problem("upsert %v seq %d term %d is not in the shard's history (history has %+v)", k, e.SeqNo, e.PrimaryTerm, h)
+				a.problem("upsert %v seq %d term %d: %s", k, e.SeqNo, e.PrimaryTerm, why)
 			}
 			lastUpsert[k] = e.SeqNo
 		case redisx.OpDelete:
@@ -178,13 +221,9 @@ func audit(tb testing.TB, c *esemu.Cluster, indices []string, evs []redisx.Event
 				a.problem("second delete of %v without an upsert between (entry %s)", k, e.StreamID)
 			}
 			u, delivered := lastUpsert[k]
-			real := false
-			for _, seq := range deletedAt[k] {
-				real = real || seq > u
-			}
-			if !delivered || !real {
+			if !delivered || !oracle.deletedAfter(k, u) {
 				a.Wrong++
-				a.problem("false delete of %v (last delivered seq %d, delivered %v; delete ops at %v)", k, u, delivered, deletedAt[k])
+				a.problem("false delete of %v (last delivered seq %d, delivered %v)", k, u, delivered)
 			}
 		default:
 			continue

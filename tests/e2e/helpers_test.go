@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -60,13 +61,23 @@ func binary(tb testing.TB) string {
 // httpDo sends a JSON request and returns status and body.
 func httpDo(tb testing.TB, method, url, body string) (int, []byte) {
 	tb.Helper()
+	st, b, err := tryDo(method, url, body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return st, b
+}
+
+// tryDo is httpDo that returns a request without an answer (a killed or
+// paused node) as an error.
+func tryDo(method, url, body string) (int, []byte, error) {
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
 	req, err := http.NewRequest(method, url, rd)
 	if err != nil {
-		tb.Fatal(err)
+		return 0, nil, err
 	}
 	ct := "application/json"
 	if strings.HasSuffix(strings.SplitN(url, "?", 2)[0], "/_bulk") {
@@ -75,11 +86,14 @@ func httpDo(tb testing.TB, method, url, body string) (int, []byte) {
 	req.Header.Set("Content-Type", ct)
 	resp, err := requestClient(req).Do(req)
 	if err != nil {
-		tb.Fatalf("%s %s: %v", method, url, err)
+		return 0, nil, fmt.Errorf("%s %s: %w", method, url, err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s %s: read the answer: %w", method, url, err)
+	}
+	return resp.StatusCode, b, nil
 }
 
 func mustDo(tb testing.TB, method, url, body string) []byte {
@@ -293,7 +307,25 @@ func waitCaughtUp(tb testing.TB, c backend, store *checkpoint.Store, indices []s
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	tb.Fatalf("the feed did not catch up within %s: %s", timeout, why)
+	tb.Fatalf("the feed did not catch up within %s: %s\nwhere the in-process relays are:\n%s", timeout, why, relayStacks())
+}
+
+// relayStacks are the stacks of this process's goroutines that run relay,
+// deletes or checkpoint code: where an in-process relay that does not
+// move waits.
+func relayStacks() string {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "es-changefeed/relay") || strings.Contains(g, "es-changefeed/deletes") || strings.Contains(g, "es-changefeed/checkpoint") {
+			out = append(out, g)
+		}
+	}
+	if len(out) == 0 {
+		return "(none: no relay runs in this process)"
+	}
+	return strings.Join(out, "\n\n")
 }
 
 // waitReached waits until the relay's checkpoints reach the global

@@ -30,18 +30,43 @@ type writer struct {
 
 	tolerant bool // failed writes (e.g. during a failover) are expected: count, don't fail
 	failed   int
+
+	// urls, when set, are the nodes a request goes to (one at random per
+	// request, so that a killed node fails some writes, not all); a
+	// request that gets no answer counts as failed (tolerant writers only).
+	urls []string
+	// acks, when set, records what the cluster acknowledged: the real
+	// cluster's audit (auditAcks) has no op history to check against.
+	acks *ackLog
+}
+
+// base is the URL a request goes to.
+func (w *writer) base() string {
+	if len(w.urls) > 0 {
+		return w.urls[w.rng.IntN(len(w.urls))]
+	}
+	return w.url
 }
 
 // do sends a write; a tolerant writer counts failures instead of failing.
-func (w *writer) do(tb testing.TB, method, url, body string) []byte {
+// ids are the documents the request writes (for the ack log).
+func (w *writer) do(tb testing.TB, method, url, body string, ids ...string) []byte {
 	tb.Helper()
 	if !w.tolerant {
-		return mustDo(tb, method, url, body)
+		b := mustDo(tb, method, url, body)
+		w.acks.record(w.index, b, ids, 200)
+		return b
 	}
-	st, b := httpDo(tb, method, url, body)
-	if st >= 300 && !(method == "DELETE" && st == 404) {
-		w.failed++
+	st, b, err := tryDo(method, url, body)
+	if err != nil {
+		st = 0 // no answer: the write may or may not have happened
 	}
+	if st >= 300 || st == 0 {
+		if !(method == "DELETE" && st == 404) {
+			w.failed++
+		}
+	}
+	w.acks.record(w.index, b, ids, st)
 	return b
 }
 
@@ -97,7 +122,7 @@ func (w *writer) one(tb testing.TB) {
 		if routing != "" {
 			q = "?routing=" + routing
 		}
-		w.do(tb, "DELETE", w.url+"/"+w.index+"/_doc/"+id+q, "")
+		w.do(tb, "DELETE", w.base()+"/"+w.index+"/_doc/"+id+q, "", id)
 		w.ops++
 		return
 	}
@@ -108,9 +133,9 @@ func (w *writer) one(tb testing.TB) {
 	}
 	if !fresh && w.rng.IntN(2) == 0 {
 		body := fmt.Sprintf(`{"doc":{"n":%d,"patched":true}}`, w.rng.IntN(1<<20))
-		w.do(tb, "POST", w.url+"/"+w.index+"/_update/"+id+q, body)
+		w.do(tb, "POST", w.base()+"/"+w.index+"/_update/"+id+q, body, id)
 	} else {
-		w.do(tb, "PUT", w.url+"/"+w.index+"/_doc/"+id+q, w.source(id))
+		w.do(tb, "PUT", w.base()+"/"+w.index+"/_doc/"+id+q, w.source(id), id)
 	}
 	w.ops++
 }
@@ -118,6 +143,7 @@ func (w *writer) one(tb testing.TB) {
 func (w *writer) bulk(tb testing.TB) {
 	var b strings.Builder
 	n := 2 + w.rng.IntN(15)
+	var ids []string
 	for i := 0; i < n; i++ {
 		if w.deletes && len(w.docs) > 3 && w.rng.IntN(5) == 0 {
 			id, routing := w.takeForDelete()
@@ -128,9 +154,11 @@ func (w *writer) bulk(tb testing.TB) {
 			m, _ := json.Marshal(map[string]any{"delete": meta})
 			b.Write(m)
 			b.WriteByte('\n')
+			ids = append(ids, id)
 			continue
 		}
 		id, routing, _ := w.pick()
+		ids = append(ids, id)
 		meta := map[string]any{"_index": w.index, "_id": id}
 		if routing != "" {
 			meta["routing"] = routing
@@ -141,7 +169,7 @@ func (w *writer) bulk(tb testing.TB) {
 		b.WriteString(w.source(id))
 		b.WriteByte('\n')
 	}
-	body := w.do(tb, "POST", w.url+"/_bulk", b.String())
+	body := w.do(tb, "POST", w.base()+"/_bulk", b.String(), ids...)
 	if strings.Contains(string(body), `"errors":true`) {
 		if !w.tolerant {
 			tb.Errorf("bulk had item errors: %s", body)
