@@ -1,0 +1,102 @@
+package e2e
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/es-changefeed/es-changefeed/tests/esemu"
+)
+
+// requestCounter counts the REST requests a cluster served by kind
+// (esemu.KindSearch, …): the emulator's own counts, or a countingProxy's in
+// front of a real cluster.
+type requestCounter interface {
+	RequestCounts() map[string]int
+}
+
+// countingProxy forwards every request to a real cluster unchanged and
+// counts them by kind as the emulator does, so that a test can ask what
+// the relay cost the cluster: point the relay at URL(), everything else at
+// the cluster.
+type countingProxy struct {
+	srv    *httptest.Server
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+// newCountingProxy serves on 127.0.0.1 until the test ends.
+func newCountingProxy(tb testing.TB, target string) *countingProxy {
+	tb.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := &countingProxy{counts: map[string]int{}}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		p.counts[requestKind(r)]++
+		p.mu.Unlock()
+		rp.ServeHTTP(w, r)
+	}))
+	tb.Cleanup(p.srv.Close)
+	return p
+}
+
+// URL is the proxy's address.
+func (p *countingProxy) URL() string { return p.srv.URL }
+
+// RequestCounts are the requests forwarded so far, by kind.
+func (p *countingProxy) RequestCounts() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]int, len(p.counts))
+	for k, v := range p.counts {
+		out[k] = v
+	}
+	return out
+}
+
+// requestKind classifies a request as the emulator's routes do.
+func requestKind(r *http.Request) string {
+	path := r.URL.Path
+	has := func(s string) bool { return strings.Contains(path, s) }
+	switch {
+	case path == "/" || path == "":
+		return esemu.KindRoot
+	case has("/_cluster/health"):
+		return esemu.KindHealth
+	case has("/_bulk"):
+		return esemu.KindBulk
+	case has("/_refresh"):
+		return esemu.KindRefresh
+	case has("/_stats"):
+		return esemu.KindStats
+	case has("/_search/scroll"):
+		return esemu.KindScroll // a scroll's first page is a search, as in the emulator
+	case has("/_search/point_in_time"), has("/_pit"):
+		return esemu.KindPIT
+	case has("/_search"):
+		return esemu.KindSearch
+	case has("/_count"):
+		return esemu.KindCount
+	case has("/_resolve/index"):
+		return esemu.KindResolve
+	case has("/_alias"):
+		return esemu.KindAlias
+	case has("/_index_template"):
+		return esemu.KindTemplate
+	case has("/_data_stream"):
+		return esemu.KindDataStream
+	case has("/_rollover"):
+		return esemu.KindRollover
+	case has("/_doc/"), has("/_update/"), has("/_create/"):
+		return esemu.KindDoc
+	}
+	return esemu.KindIndices
+}
