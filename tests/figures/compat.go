@@ -36,6 +36,16 @@ type engineRun struct {
 	elapsed time.Duration
 	tests   map[string]*testResult // by full test name
 	figures []figure
+	costs   []costFigure // the "COST {json}" lines of the suite's log
+}
+
+// costFigure is what the cost tests log (tests/e2e/cost_test.go).
+type costFigure struct {
+	Engine string  `json:"engine"`
+	What   string  `json:"what"`
+	Value  float64 `json:"value"`
+	Unit   string  `json:"unit"`
+	Note   string  `json:"note"`
 }
 
 type testResult struct {
@@ -90,6 +100,12 @@ func readRun(name string, r io.Reader) (*engineRun, error) {
 			tr.output = append(tr.output, out)
 			if i := strings.Index(out, "backend: "); i >= 0 && run.version == "" {
 				run.version = versionIn(out[i:])
+			}
+			if i := strings.Index(out, "COST {"); i >= 0 {
+				var cf costFigure
+				if err := json.Unmarshal([]byte(out[i+len("COST "):]), &cf); err == nil {
+					run.costs = append(run.costs, cf)
+				}
 			}
 		case "pass", "fail", "skip":
 			tr.action, tr.elapsed = ev.Action, ev.Elapsed
@@ -310,6 +326,29 @@ func compat(dir string, engines []string, w io.Writer) error {
 	}
 	if !haveFigures {
 		fmt.Fprintln(w, "No figures were recorded.")
+		fmt.Fprintln(w)
+	}
+
+	fmt.Fprintln(w, "## What the relay costs the cluster")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Measured by `TestRealCost_RefreshesAndIdleRequests` (tests/e2e/cost_test.go) on each engine's node.")
+	fmt.Fprintln(w)
+	haveCosts := false
+	for _, r := range runs {
+		if len(r.costs) == 0 {
+			continue
+		}
+		haveCosts = true
+		fmt.Fprintf(w, "### %s\n\n", r.name)
+		fmt.Fprintln(w, "| what | value | note |")
+		fmt.Fprintln(w, "|---|---|---|")
+		for _, cf := range r.costs {
+			fmt.Fprintf(w, "| %s | %.4g %s | %s |\n", escape(cf.What), cf.Value, cf.Unit, escape(cf.Note))
+		}
+		fmt.Fprintln(w)
+	}
+	if !haveCosts {
+		fmt.Fprintln(w, "Not measured in this run.")
 		fmt.Fprintln(w)
 	}
 

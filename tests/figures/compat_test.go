@@ -12,6 +12,7 @@ func TestCompat_TablesFromTestJSON(t *testing.T) {
 	run := `{"Time":"2026-12-01T10:00:00Z","Action":"start","Package":"github.com/es-changefeed/es-changefeed/tests/e2e"}
 {"Time":"2026-12-01T10:00:01Z","Action":"run","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestRelay_Mirror"}
 {"Time":"2026-12-01T10:00:01Z","Action":"output","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestRelay_Mirror","Output":"    relay_test.go:163: backend: real cluster at http://127.0.0.1:1 (opensearch 2.19.6), indices x-*\n"}
+{"Time":"2026-12-01T10:00:02Z","Action":"output","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestRelay_Mirror","Output":"    cost_test.go:9: COST {\"engine\":\"opensearch-2\",\"what\":\"idle\",\"value\":2.5,\"unit\":\"requests/s\",\"note\":\"stats 20\"}\n"}
 {"Time":"2026-12-01T10:00:09Z","Action":"pass","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestRelay_Mirror","Elapsed":8}
 {"Time":"2026-12-01T10:00:09Z","Action":"run","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestRelay_LateCommit"}
 {"Time":"2026-12-01T10:00:09Z","Action":"output","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestRelay_LateCommit","Output":"    relay_test.go:213: needs held writes | the emulator\n"}
@@ -42,6 +43,7 @@ func TestCompat_TablesFromTestJSON(t *testing.T) {
 		"- `e2e.TestRelay_LateCommit`: needs held writes \\| the emulator",
 		"| node kill | `TestRealFailover` | 5 | 300 | 900 | 0 | 0 | 0 | 5 SIGKILLs |",
 		"Last generated 2026-12-01 10:00 UTC.",
+		"| idle | 2.5 requests/s | stats 20 |",
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("the document lacks %q:\n%s", want, doc)
