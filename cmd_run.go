@@ -47,7 +47,7 @@ func relayFlags() []cli.Flag {
 		&cli.StringFlag{Name: "feed", Value: "default", Usage: "feed name: the Redis keys are escf:{<feed>}:…", Sources: cli.EnvVars("ESCF_FEED")},
 		&cli.StringSliceFlag{Name: "index", Usage: "index, pattern (logs-*,-logs-debug*), alias or data stream to follow (repeatable, comma-separated)", Sources: cli.EnvVars("ESCF_INDEX")},
 		&cli.BoolFlag{Name: "hidden", Usage: "let wildcards match hidden indices too", Sources: cli.EnvVars("ESCF_HIDDEN")},
-		&cli.DurationFlag{Name: "poll-interval", Value: relay.DefaultPollInterval, Usage: "pause after a round that found nothing", Sources: cli.EnvVars("ESCF_POLL_INTERVAL"), Validator: positiveDuration("poll-interval")},
+		&cli.DurationFlag{Name: "poll-interval", Value: relay.DefaultPollInterval, Usage: "pause after a round that found nothing, and the least time between two refreshes forced on an index", Sources: cli.EnvVars("ESCF_POLL_INTERVAL"), Validator: positiveDuration("poll-interval")},
 		&cli.IntFlag{Name: "batch-size", Value: relay.DefaultBatchSize, Usage: "search page size = most events per commit (1..10000)", Sources: cli.EnvVars("ESCF_BATCH_SIZE")},
 		&cli.StringFlag{Name: "from", Value: relay.FromBeginning, Usage: "start of shards without a checkpoint: beginning or now", Sources: cli.EnvVars("ESCF_FROM")},
 		&cli.DurationFlag{Name: "lease-ttl", Value: redisx.DefaultLeaseTTL, Usage: "relay lease TTL; a standby takes over within 2×TTL of the owner's death", Sources: cli.EnvVars("ESCF_LEASE_TTL"), Validator: positiveDuration("lease-ttl")},

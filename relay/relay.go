@@ -92,7 +92,8 @@ type Config struct {
 	// group lags by more than this many entries (the cursor is durable: the
 	// cluster is the buffer).
 	MaxBacklog int64
-	// PollInterval is the pause after a round that found nothing new.
+	// PollInterval is the pause after a round that found nothing new, and
+	// the least time between two refreshes the relay forces on an index.
 	// Default 1s.
 	PollInterval time.Duration
 	// BatchSize is the search page size, and so the most events per commit.
