@@ -60,26 +60,32 @@ vet:
 # The real-cluster part of the e2e suite: with ESCF_TEST_ENGINE set, the
 # tests that need only a cluster run on a real node of that engine, the
 # node-kill and failover tests start real clusters of their own, and the
-# tests that need the emulator's controls skip.
+# tests that need the emulator's controls skip. Each engine's go test -json
+# output and figures go to $(ENGINE_RESULTS); tests/figures prints the
+# counts and the failed tests' output, and writes docs/COMPATIBILITY.md.
 ENGINE_TESTS = ./tests/engines/ ./tests/e2e/
-
-test: redis-server docker-compose java vet
-	ESCF_REQUIRE_COMPOSE=1 $(GO) test -race -count=1 -timeout 15m ./...
-	ESCF_TEST_ENGINE=opensearch-2 $(GO) test -race -count=1 -timeout 20m ./tests/e2e/
-
 ENGINES ?= opensearch-2 opensearch-3 elasticsearch-7 elasticsearch-8 elasticsearch-9
 ENGINE_RESULTS ?= /tmp/escf-engines
+# Engines run at once by make test-engines (their JVMs mostly wait).
+ENGINE_JOBS ?= 1
+
+test: redis-server docker-compose java vet
+	ESCF_REQUIRE_COMPOSE=1 $(GO) test -race -count=1 -timeout 15m $$($(GO) list ./... | grep -v '/tests/engines$$')
+	@$(MAKE) --no-print-directory engine-opensearch-2 RACE=-race
+
+engine-%:
+	@mkdir -p $(ENGINE_RESULTS) && rm -f $(ENGINE_RESULTS)/$*.json $(ENGINE_RESULTS)/$*.figures.jsonl
+	@echo "== the real-cluster suite on $* (ESCF_TEST_ENGINE=$* go test $(RACE) $(ENGINE_TESTS))"
+	@start=$$(date +%s); st=0; \
+	ESCF_TEST_ENGINE=$* ESCF_FIGURES=$(ENGINE_RESULTS)/$*.figures.jsonl \
+		$(GO) test $(RACE) -json -count=1 -timeout 30m $(ENGINE_TESTS) > $(ENGINE_RESULTS)/$*.json || st=1; \
+	echo "== $*: $$(( $$(date +%s) - start )) s"; \
+	$(GO) run ./tests/figures summary $(ENGINE_RESULTS)/$*.json "[$*] " || st=1; \
+	exit $$st
 
 test-engines: redis-server java
-	@rm -rf $(ENGINE_RESULTS) && mkdir -p $(ENGINE_RESULTS)
-	@status=0; for e in $(ENGINES); do \
-		start=$$(date +%s); \
-		ESCF_TEST_ENGINE=$$e ESCF_FIGURES=$(ENGINE_RESULTS)/$$e.figures.jsonl \
-			$(GO) test -json -count=1 -timeout 30m $(ENGINE_TESTS) > $(ENGINE_RESULTS)/$$e.json || status=1; \
-		echo "== $$e: $$(grep -c '"Action":"pass","Package":"[^"]*","Test":"[^/"]*","Elapsed"' $(ENGINE_RESULTS)/$$e.json) passed, $$(grep -c '"Action":"fail","Package":"[^"]*","Test":"[^/"]*","Elapsed"' $(ENGINE_RESULTS)/$$e.json) failed, $$(grep -c '"Action":"skip","Package":"[^"]*","Test":"[^/"]*","Elapsed"' $(ENGINE_RESULTS)/$$e.json) skipped in $$(( $$(date +%s) - start )) s"; \
-		grep -h '"Action":"fail"' $(ENGINE_RESULTS)/$$e.json | grep -o '"Test":"[^"]*"' | sed 's/^/   FAIL /' || true; \
-	done; \
-	$(GO) run ./tests/figures compat $(ENGINE_RESULTS) docs/COMPATIBILITY.md && echo "docs/COMPATIBILITY.md written"; \
+	@status=0; $(MAKE) --no-print-directory -k -j$(ENGINE_JOBS) $(addprefix engine-,$(ENGINES)) || status=1; \
+	$(GO) run ./tests/figures compat $(ENGINE_RESULTS) docs/COMPATIBILITY.md && echo "docs/COMPATIBILITY.md written from $(ENGINE_RESULTS)"; \
 	exit $$status
 
 bench: redis-server

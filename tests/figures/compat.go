@@ -454,3 +454,101 @@ These are limits of running the engines from Maven Central's jars, not of the fe
   cluster of your own with ` + "`ESCF_TEST_ES_URL`" + ` (docs/SECURITY.md).
 - **` + "`_fleet/global_checkpoints`" + `** (x-pack) is not there either.
 `
+
+// summary prints, from a go test -json stream, each package's counts and
+// the output of every failed test, and reports whether anything failed:
+// what a person reading CI's log needs, without every passing test's log.
+func summary(r io.Reader, out io.Writer, prefix string) (failed bool, err error) {
+	w := &prefixWriter{w: out, prefix: prefix}
+	type pkgCount struct{ pass, fail, skip int }
+	counts := map[string]*pkgCount{}
+	var pkgs []string
+	outputs := map[string][]string{}
+	var failures []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 4<<20), 4<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(line) == 0 || line[0] != '{' {
+			fmt.Fprintln(w, string(line)) // build errors and the like
+			continue
+		}
+		var ev testEvent
+		if err := json.Unmarshal(line, &ev); err != nil {
+			return true, err
+		}
+		pc := counts[ev.Package]
+		if pc == nil {
+			pc = &pkgCount{}
+			counts[ev.Package] = pc
+			pkgs = append(pkgs, ev.Package)
+		}
+		key := ev.Package + " " + ev.Test
+		switch ev.Action {
+		case "output":
+			outputs[key] = append(outputs[key], strings.TrimRight(ev.Output, "\n"))
+		case "pass", "fail", "skip":
+			if ev.Test == "" {
+				if ev.Action == "fail" {
+					failed = true
+					failures = append(failures, key)
+				}
+				continue
+			}
+			if strings.Contains(ev.Test, "/") {
+				continue
+			}
+			switch ev.Action {
+			case "pass":
+				pc.pass++
+			case "skip":
+				pc.skip++
+			case "fail":
+				pc.fail++
+				failed = true
+				failures = append(failures, key)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return true, err
+	}
+	for _, k := range failures {
+		fmt.Fprintf(w, "--- FAIL %s\n", k)
+		out := outputs[k]
+		if len(out) > 200 {
+			out = append([]string{fmt.Sprintf("… (%d lines before)", len(out)-200)}, out[len(out)-200:]...)
+		}
+		for _, o := range out {
+			fmt.Fprintln(w, "    "+o)
+		}
+	}
+	for _, p := range pkgs {
+		c := counts[p]
+		fmt.Fprintf(w, "%s: %d passed, %d failed, %d skipped\n", shortPackage(p), c.pass, c.fail, c.skip)
+	}
+	return failed, nil
+}
+
+// prefixWriter starts every line with prefix (the engine, when several
+// run at once).
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+	mid    bool
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	var buf []byte
+	for _, c := range b {
+		if !p.mid && p.prefix != "" {
+			buf = append(buf, p.prefix...)
+		}
+		buf = append(buf, c)
+		p.mid = c != '\n'
+	}
+	if _, err := p.w.Write(buf); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}

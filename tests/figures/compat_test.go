@@ -50,3 +50,27 @@ func TestCompat_TablesFromTestJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestSummary_CountsAndFailures(t *testing.T) {
+	in := `{"Action":"run","Package":"p/tests/e2e","Test":"TestA"}
+{"Action":"output","Package":"p/tests/e2e","Test":"TestA","Output":"    a_test.go:1: it broke\n"}
+{"Action":"fail","Package":"p/tests/e2e","Test":"TestA"}
+{"Action":"pass","Package":"p/tests/e2e","Test":"TestB"}
+{"Action":"pass","Package":"p/tests/e2e","Test":"TestB/sub"}
+{"Action":"skip","Package":"p/tests/e2e","Test":"TestC"}
+{"Action":"fail","Package":"p/tests/e2e"}
+`
+	var b strings.Builder
+	failed, err := summary(strings.NewReader(in), &b, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if !failed || !strings.Contains(out, "--- FAIL p/tests/e2e TestA\n        a_test.go:1: it broke") || !strings.Contains(out, "e2e: 1 passed, 1 failed, 1 skipped") {
+		t.Fatalf("failed %v, summary:\n%s", failed, out)
+	}
+	ok, err := summary(strings.NewReader(`{"Action":"pass","Package":"p/x","Test":"TestA"}`+"\n"), &b, "[x] ")
+	if err != nil || ok {
+		t.Fatalf("a passing run: failed %v, err %v", ok, err)
+	}
+}

@@ -43,8 +43,30 @@ func main() {
 		}
 		return
 	}
+	if (len(os.Args) == 3 || len(os.Args) == 4) && os.Args[1] == "summary" {
+		prefix := ""
+		if len(os.Args) == 4 {
+			prefix = os.Args[3]
+		}
+		f, err := os.Open(os.Args[2])
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "figures: summary: %v\n", err)
+			os.Exit(1)
+		}
+		failed, err := summary(f, os.Stdout, prefix)
+		f.Close()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "figures: summary: %s: %v\n", os.Args[2], err)
+			os.Exit(1)
+		}
+		if failed {
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: go run ./tests/figures FILE (the ESCF_FIGURES file of a test run)")
+		fmt.Fprintln(os.Stderr, "       go run ./tests/figures summary FILE [PREFIX] (a go test -json stream: counts, and the failed tests' output)")
 		fmt.Fprintln(os.Stderr, "       go run ./tests/figures compat DIR OUT (make test-engines: DIR/<engine>.json → OUT)")
 		os.Exit(2)
 	}
