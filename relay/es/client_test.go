@@ -198,3 +198,35 @@ func TestClient_TLSErrors(t *testing.T) {
 		}
 	})
 }
+
+// TestClient_Resolve_MissingName: a concrete name that exists nowhere is
+// ErrNotFound on every engine: Elasticsearch 8+ answers 404, Elasticsearch
+// 7 and OpenSearch 200 with empty lists (the golden responses of
+// tests/esemu hold both). A pattern matching nothing is not an error.
+func TestClient_Resolve_MissingName(t *testing.T) {
+	empty := `{"indices":[],"aliases":[],"data_streams":[]}`
+	notFound := `{"error":{"root_cause":[{"type":"index_not_found_exception","reason":"no such index [nope]"}],"type":"index_not_found_exception","reason":"no such index [nope]"},"status":404}`
+	tests := []struct {
+		name, expr, body string
+		status           int
+		wantNotFound     bool
+	}{
+		{name: "ES 8+: 404", expr: "nope", status: 404, body: notFound, wantNotFound: true},
+		{name: "ES 7 and OpenSearch: 200, nothing", expr: "nope", status: 200, body: empty, wantNotFound: true},
+		{name: "two names, nothing", expr: "nope,neither", status: 200, body: empty, wantNotFound: true},
+		{name: "pattern matching nothing", expr: "nope-*", status: 200, body: empty},
+		{name: "name with an exclusion", expr: "logs,-logs-debug", status: 200, body: empty},
+		{name: "date math", expr: "<logs-{now/d}>", status: 200, body: empty},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := canned(t, tt.status, tt.body).Resolve(context.Background(), tt.expr, false)
+			if got := IsNotFound(err); got != tt.wantNotFound {
+				t.Fatalf("Resolve(%q) = %v: not found %v, want %v", tt.expr, err, got, tt.wantNotFound)
+			}
+			if !tt.wantNotFound && err != nil {
+				t.Fatalf("Resolve(%q) = %v, want no error", tt.expr, err)
+			}
+		})
+	}
+}

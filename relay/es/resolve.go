@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strings"
 )
 
 // Resolution is what an index expression names now.
@@ -31,7 +32,10 @@ type ResolvedIndex struct {
 // Resolve answers GET /_resolve/index/<expr>: wildcards expand to open and
 // closed indices (closed ones are reported, not followed), hidden ones too
 // when hidden is set; data streams bring their (hidden) backing indices.
-// A concrete name that exists nowhere is an error wrapping ErrNotFound.
+// A concrete name that exists nowhere is an error wrapping ErrNotFound:
+// Elasticsearch 8+ answers 404 index_not_found_exception, while
+// Elasticsearch 7 and OpenSearch answer 200 with nothing in the lists
+// (recorded on the real engines), which Resolve turns into the same error.
 func (c *Client) Resolve(ctx context.Context, expr string, hidden bool) (Resolution, error) {
 	op := fmt.Sprintf("resolve %q", expr)
 	var r struct {
@@ -92,5 +96,22 @@ func (c *Client) Resolve(ctx context.Context, expr string, hidden bool) (Resolut
 		}
 	}
 	sort.Slice(res.Indices, func(i, j int) bool { return res.Indices[i].Name < res.Indices[j].Name })
+	if len(r.Indices)+len(r.Aliases)+len(r.DataStreams) == 0 && concrete(expr) {
+		return Resolution{}, &Error{Op: op, Status: http.StatusOK, Type: "index_not_found_exception",
+			Reason: fmt.Sprintf("no such index [%s] (the cluster resolved the name to nothing)", expr), Err: ErrNotFound}
+	}
 	return res, nil
+}
+
+// concrete reports whether an expression names indices only by name: no
+// element has a wildcard or date math, and none is an exclusion. Such an
+// expression resolving to nothing names something that does not exist.
+func concrete(expr string) bool {
+	for _, el := range strings.Split(expr, ",") {
+		el = strings.TrimSpace(el)
+		if el == "" || strings.ContainsAny(el, "*?<") || strings.HasPrefix(el, "-") || el == "_all" {
+			return false
+		}
+	}
+	return true
 }
