@@ -27,7 +27,8 @@ type BulkItem struct {
 	// Version is the document's _version after the write (0 when failed).
 	Version int64
 	// SeqNo and PrimaryTerm of the write; -1 and 0 when absent (failed
-	// items; indices with sequence numbers disabled).
+	// items); -2 and 0, as Elasticsearch 9.5 answers, on an index with
+	// sequence numbers disabled.
 	SeqNo       int64
 	PrimaryTerm int64
 	// ErrorType and ErrorReason come from the item's error object, the
