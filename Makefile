@@ -9,6 +9,7 @@
 #                the real-cluster part of the suite on each of the five
 #                engines of tests/engines/versions.txt, then
 #                docs/COMPATIBILITY.md from what ran
+#   make golden  re-record the real engines' answers the emulator is held to
 #   make bench   the benchmarks reported in docs/PERFORMANCE.md
 #   make reliability [RUNS=n]
 #                the reliability suite (also part of make test) n times,
@@ -19,7 +20,7 @@
 GO ?= go
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: test test-engines bench vet redis-server docker-compose java build fuzz reliability
+.PHONY: test test-engines golden bench vet redis-server docker-compose java build fuzz reliability
 
 build:
 	$(GO) build ./...
@@ -87,6 +88,12 @@ test-engines: redis-server java
 	@status=0; $(MAKE) --no-print-directory -k -j$(ENGINE_JOBS) $(addprefix engine-,$(ENGINES)) || status=1; \
 	$(GO) run ./tests/figures compat $(ENGINE_RESULTS) docs/COMPATIBILITY.md && echo "docs/COMPATIBILITY.md written from $(ENGINE_RESULTS)"; \
 	exit $$status
+
+# Records the answers of the five real engines to the calls the relay,
+# resync, status and the sinks make into tests/esemu/testdata/golden/
+# (TestGolden holds the emulator to them).
+golden: java
+	$(GO) run ./tests/esemu/cmd/golden --engine all
 
 bench: redis-server
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./tests/esemu/ | tee /tmp/esemu-bench.txt
