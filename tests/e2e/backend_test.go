@@ -169,8 +169,12 @@ func requestClient(req *http.Request) *http.Client {
 func cluster(tb testing.TB, cfg esemu.Config) *esemu.Cluster {
 	tb.Helper()
 	if env := realClusterEnv(tb); env != nil {
-		tb.Skipf("ESCF_TEST_ES_URL is set (%s), but this test needs the emulator's own controls "+
-			"(held or delayed writes, node kills, injected faults, op histories, request counts, flavors or TLS modes), which a real cluster lacks", env.url)
+		what := "ESCF_TEST_ES_URL is set (" + env.url + ")"
+		if env.engine != nil {
+			what = "ESCF_TEST_ENGINE is " + testEngineName()
+		}
+		tb.Skipf("%s, but this test needs the emulator's own controls "+
+			"(held writes, injected faults or failing shard copies, op histories, TLS or users), which a real cluster lacks; it runs on the emulator", what)
 	}
 	return newEmulator(tb, cfg)
 }
