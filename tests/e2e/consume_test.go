@@ -55,7 +55,7 @@ type mirrorDoc struct {
 	version int64
 }
 
-func targetDocs(tb testing.TB, c *esemu.Cluster, index string) map[string]mirrorDoc {
+func targetDocs(tb testing.TB, c backend, index string) map[string]mirrorDoc {
 	tb.Helper()
 	mustDo(tb, "POST", c.URL()+"/"+index+"/_refresh", "")
 	st, body := httpDo(tb, "POST", c.URL()+"/"+index+"/_search?size=10000", `{"query":{"match_all":{}},"version":true}`)
@@ -84,7 +84,7 @@ func targetDocs(tb testing.TB, c *esemu.Cluster, index string) map[string]mirror
 // diffMirror says how the target differs from the source ("" when it holds
 // exactly the source's documents, each with version
 // generation<<41 | seq_no<<1, generation 1).
-func diffMirror(tb testing.TB, src, dst *esemu.Cluster, index string) (string, int) {
+func diffMirror(tb testing.TB, src, dst backend, index string) (string, int) {
 	tb.Helper()
 	want := clusterDocs(tb, src, index)
 	got := targetDocs(tb, dst, index)
@@ -110,7 +110,7 @@ func diffMirror(tb testing.TB, src, dst *esemu.Cluster, index string) (string, i
 }
 
 // compareMirror fails unless the target mirrors the source exactly.
-func compareMirror(tb testing.TB, src, dst *esemu.Cluster, index string) int {
+func compareMirror(tb testing.TB, src, dst backend, index string) int {
 	tb.Helper()
 	diff, n := diffMirror(tb, src, dst, index)
 	if diff != "" {
@@ -120,7 +120,7 @@ func compareMirror(tb testing.TB, src, dst *esemu.Cluster, index string) int {
 }
 
 // waitTargetMirror waits until the target mirrors the source exactly.
-func waitTargetMirror(tb testing.TB, src, dst *esemu.Cluster, index string, timeout time.Duration) int {
+func waitTargetMirror(tb testing.TB, src, dst backend, index string, timeout time.Duration) int {
 	tb.Helper()
 	deadline := time.Now().Add(timeout)
 	for {

@@ -16,6 +16,7 @@ import (
 // TestMain stops the engine the package started for ESCF_TEST_ENGINE.
 func TestMain(m *testing.M) {
 	code := m.Run()
+	stopTarget()
 	shared.mu.Lock()
 	if shared.c != nil {
 		if err := shared.c.Close(); err != nil {

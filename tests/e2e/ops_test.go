@@ -38,22 +38,23 @@ func statusJSON(tb testing.TB, args ...string) (int, map[string]any, string) {
 // TestStatus_HealthAndExitCodes: status on a running feed (text and JSON)
 // and on a stopped one; its exit code under each unhealthy condition.
 func TestStatus_HealthAndExitCodes(t *testing.T) {
-	c := cluster(t, esemu.Config{})
-	createIndex(t, c, "watched", 2, 0)
+	c := esCluster(t, esemu.Config{})
+	watched := c.Index("watched")
+	createIndex(t, c, watched, 2, 0)
 	srv := redistest.Start(t)
 	for i := 0; i < 20; i++ {
-		mustDo(t, "PUT", fmt.Sprintf("%s/watched/_doc/%d", c.URL(), i), `{}`)
+		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/%d", c.URL(), watched, i), `{}`)
 	}
-	p := startBinary(t, relayArgs(c, srv.URL(), "watch", "watched", "--lease-ttl", "2s")...)
-	waitCaughtUp(t, c, storeFor(t, srv, "watch"), []string{"watched"}, 10*time.Second)
+	p := startBinary(t, relayArgs(c, srv.URL(), "watch", watched, "--lease-ttl", "2s")...)
+	waitCaughtUp(t, c, storeFor(t, srv, "watch"), []string{watched}, 10*time.Second)
 	rdb := srv.Client(t)
 	keys := redisx.NewKeys("watch")
 	rdb.XGroupCreate(context.Background(), keys.Events(), "readers", "$")
-	base := []string{"--redis", srv.URL(), "--feed", "watch", "--es", c.URL()}
+	base := append([]string{"--redis", srv.URL(), "--feed", "watch"}, inspect(c).cliArgs()...)
 
 	// Healthy, text.
 	code, out := runBinary(t, 30*time.Second, append([]string{"status"}, base...)...)
-	for _, want := range []string{"feed watch: healthy", "lease: held by", "watched", "GROUP", "readers", "dead letters: 0", "stream: 20 entries"} {
+	for _, want := range []string{"feed watch: healthy", "lease: held by", watched, "GROUP", "readers", "dead letters: 0", "stream: 20 entries"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status text lacks %q:\n%s", want, out)
 		}
@@ -90,7 +91,7 @@ func TestStatus_HealthAndExitCodes(t *testing.T) {
 			p.kill()
 			rdb.Del(context.Background(), keys.Lease())
 			for i := 20; i < 40; i++ {
-				mustDo(t, "PUT", fmt.Sprintf("%s/watched/_doc/%d", c.URL(), i), `{}`)
+				mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/%d", c.URL(), watched, i), `{}`)
 			}
 		}, []string{"--max-lag", "5"}, "no relay holds the lease"},
 	}
@@ -140,19 +141,20 @@ func xrangeIDs(tb testing.TB, rdb *redis.Client, stream string) map[string]bool 
 // holds entries pending; trimming removes only what every group acked, and
 // the slower group bounds it.
 func TestTrim_NeverRemovesUnacked(t *testing.T) {
-	c := cluster(t, esemu.Config{})
-	createIndex(t, c, "trimmed", 1, 0)
+	c := esCluster(t, esemu.Config{})
+	trimmed := c.Index("trimmed")
+	createIndex(t, c, trimmed, 1, 0)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	f := startRelay(t, c, srv.URL(), "trim", []string{"trimmed"}, func(cfg *relay.Config) {
+	f := startRelay(t, c, srv.URL(), "trim", []string{trimmed}, func(cfg *relay.Config) {
 		cfg.Trim, cfg.TrimInterval = true, 50*time.Millisecond
 	})
 	ctx := context.Background()
 	stream := f.keys.Events()
 	for i := 0; i < 100; i++ {
-		mustDo(t, "PUT", fmt.Sprintf("%s/trimmed/_doc/%d", c.URL(), i), `{}`)
+		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/%d", c.URL(), trimmed, i), `{}`)
 	}
-	waitCaughtUp(t, c, f.store, []string{"trimmed"}, 10*time.Second)
+	waitCaughtUp(t, c, f.store, []string{trimmed}, 10*time.Second)
 	rdb.XGroupCreate(ctx, stream, "fast", "0")
 	rdb.XGroupCreate(ctx, stream, "slow", "0")
 	// fast reads and acks 80; slow reads 50, acks 30 (20 stay pending).
@@ -201,16 +203,17 @@ func TestTrim_NeverRemovesUnacked(t *testing.T) {
 // reads on and the mirror is exact.
 func TestBackpressure_BoundedStreamThenExactMirror(t *testing.T) {
 	t.Parallel()
-	src := cluster(t, esemu.Config{Nodes: 2})
-	dst := cluster(t, esemu.Config{})
-	createIndex(t, src, "orders", 2, 1)
-	createIndex(t, dst, "orders", 1, 0)
+	src := esCluster(t, esemu.Config{Nodes: 2})
+	dst := mirrorTarget(t, src, esemu.Config{})
+	orders := src.Index("orders")
+	createIndex(t, src, orders, 2, 1)
+	createIndex(t, dst, orders, 1, 0)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	keys := redisx.NewKeys("bp")
 	rdb.XGroupCreateMkStream(context.Background(), keys.Events(), "mirror", "0")
 	logs := &lockedLog{}
-	f := startRelayDeletes(t, src, srv.URL(), "bp", []string{"orders"}, func(*deletes.Config) {}, func(cfg *relay.Config) {
+	f := startRelayDeletes(t, src, srv.URL(), "bp", []string{orders}, func(*deletes.Config) {}, func(cfg *relay.Config) {
 		cfg.MaxBacklog = 300
 		cfg.Trim, cfg.TrimInterval = true, 100*time.Millisecond
 		cfg.Logger = newTestLogger(logs)
@@ -218,7 +221,7 @@ func TestBackpressure_BoundedStreamThenExactMirror(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := 0; i < 2; i++ {
-		w := &writer{url: src.URL(), index: "orders", id: i, rng: rand.New(rand.NewPCG(uint64(i), 5)), routing: map[string]string{}, deletes: true}
+		w := &writer{url: src.URL(), index: orders, id: i, rng: rand.New(rand.NewPCG(uint64(i), 5)), routing: map[string]string{}, deletes: true}
 		wg.Add(1)
 		go func() { defer wg.Done(); w.run(t, stop) }()
 	}
@@ -256,10 +259,15 @@ func TestBackpressure_BoundedStreamThenExactMirror(t *testing.T) {
 	}
 	// The consumer resumes: the relay reads on and the mirror converges.
 	c := startBinary(t, consumeArgs(srv.URL(), "bp", "mirror", "c1", dst.URL())...)
-	waitCaughtUp(t, src, f.store, []string{"orders"}, 60*time.Second)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("consumer:\n%s", tail(c.out.String(), 30))
+		}
+	})
+	waitCaughtUp(t, src, f.store, []string{orders}, 60*time.Second)
 	// The stream is trimmed as the group acks, so compare the target itself
 	// (deletes come from scans, after the reads caught up).
-	docs := waitTargetMirror(t, src, dst, "orders", 60*time.Second)
+	docs := waitTargetMirror(t, src, dst, orders, 60*time.Second)
 	waitGroupDone(t, rdb, keys.Events(), "mirror", 30*time.Second)
 	if !strings.Contains(logs.String(), "backpressure off") {
 		t.Errorf("no log of backpressure ending:\n%s", logs)
@@ -271,24 +279,25 @@ func TestBackpressure_BoundedStreamThenExactMirror(t *testing.T) {
 // TestMetrics_ScrapedDuringMirror: run and consume serve /metrics with the
 // documented names, /healthz, /readyz and the status page.
 func TestMetrics_ScrapedDuringMirror(t *testing.T) {
-	src := cluster(t, esemu.Config{})
-	dst := cluster(t, esemu.Config{})
-	createIndex(t, src, "orders", 2, 0)
-	createIndex(t, dst, "orders", 1, 0)
+	src := esCluster(t, esemu.Config{})
+	dst := mirrorTarget(t, src, esemu.Config{})
+	orders := src.Index("orders")
+	createIndex(t, src, orders, 2, 0)
+	createIndex(t, dst, orders, 1, 0)
 	srv := redistest.Start(t)
 	relayAddr, consumeAddr := closedPort(t), closedPort(t)
-	r := startBinary(t, relayArgs(src, srv.URL(), "m", "orders", "--deletes", "--delete-scan-interval", "50ms", "--metrics-addr", relayAddr, "--trim")...)
+	r := startBinary(t, relayArgs(src, srv.URL(), "m", orders, "--deletes", "--delete-scan-interval", "50ms", "--metrics-addr", relayAddr, "--trim")...)
 	cons := startBinary(t, append(consumeArgs(srv.URL(), "m", "mirror", "c1", dst.URL()), "--metrics-addr", consumeAddr)...)
 	for i := 0; i < 50; i++ {
-		mustDo(t, "PUT", fmt.Sprintf("%s/orders/_doc/%d", src.URL(), i), `{}`)
+		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/%d", src.URL(), orders, i), `{}`)
 	}
 	// Delivered first: a document deleted before the relay ever read it
 	// needs no delete event, and the delete counter would never appear.
-	waitCaughtUp(t, src, storeFor(t, srv, "m"), []string{"orders"}, 10*time.Second)
+	waitCaughtUp(t, src, storeFor(t, srv, "m"), []string{orders}, 10*time.Second)
 	for i := 0; i < 50; i += 10 {
-		mustDo(t, "DELETE", fmt.Sprintf("%s/orders/_doc/%d", src.URL(), i), "")
+		mustDo(t, "DELETE", fmt.Sprintf("%s/%s/_doc/%d", src.URL(), orders, i), "")
 	}
-	waitCaughtUp(t, src, storeFor(t, srv, "m"), []string{"orders"}, 10*time.Second)
+	waitCaughtUp(t, src, storeFor(t, srv, "m"), []string{orders}, 10*time.Second)
 	get := func(url string) (int, string) {
 		resp, err := http.Get(url)
 		if err != nil {
@@ -308,7 +317,7 @@ func TestMetrics_ScrapedDuringMirror(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	for _, name := range []string{`escf_events_written_total{op="upsert"}`, `escf_events_written_total{op="delete"}`, "escf_commits_total",
-		"escf_commit_duration_seconds_bucket", `escf_shard_checkpoint{index="orders",shard="0"}`, `escf_shard_global_checkpoint{index="orders",shard="1"}`,
+		"escf_commit_duration_seconds_bucket", `escf_shard_checkpoint{index="` + orders + `",shard="0"}`, `escf_shard_global_checkpoint{index="` + orders + `",shard="1"}`,
 		"escf_rounds_total", `escf_delete_scans_total{result="saved_by_gap_proof"}`, "escf_stream_entries", "escf_lease_held 1", "escf_backpressure 0",
 		"escf_dead_letter_entries"} {
 		if !strings.Contains(body, name) {
@@ -336,7 +345,7 @@ func TestMetrics_ScrapedDuringMirror(t *testing.T) {
 	if code, b := get("http://" + relayAddr + "/readyz"); code != 200 {
 		t.Errorf("/readyz: %d %s", code, b)
 	}
-	if code, page := get("http://" + relayAddr + "/"); code != 200 || !strings.Contains(page, "<html") || !strings.Contains(page, "orders") {
+	if code, page := get("http://" + relayAddr + "/"); code != 200 || !strings.Contains(page, "<html") || !strings.Contains(page, orders) {
 		t.Errorf("status page: %d\n%.300s", code, page)
 	}
 	if code, js := get("http://" + relayAddr + "/status.json"); code != 200 || !strings.Contains(js, `"feed":"m"`) {
@@ -378,18 +387,19 @@ func TestStatus_OnRunningDemo(t *testing.T) {
 // TestTrim_NoGroupKeepsMaxStreamLen: without any consumer group, --trim
 // keeps the newest --max-stream-len entries.
 func TestTrim_NoGroupKeepsMaxStreamLen(t *testing.T) {
-	c := cluster(t, esemu.Config{})
-	createIndex(t, c, "nogroup", 1, 0)
+	c := esCluster(t, esemu.Config{})
+	nogroup := c.Index("nogroup")
+	createIndex(t, c, nogroup, 1, 0)
 	srv := redistest.Start(t)
 	logs := &lockedLog{}
-	f := startRelay(t, c, srv.URL(), "nogroup", []string{"nogroup"}, func(cfg *relay.Config) {
+	f := startRelay(t, c, srv.URL(), "nogroup", []string{nogroup}, func(cfg *relay.Config) {
 		cfg.Trim, cfg.TrimInterval, cfg.MaxStreamLen = true, 50*time.Millisecond, 30
 		cfg.Logger = newTestLogger(logs)
 	})
 	for i := 0; i < 100; i++ {
-		mustDo(t, "PUT", fmt.Sprintf("%s/nogroup/_doc/%d", c.URL(), i), `{}`)
+		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/%d", c.URL(), nogroup, i), `{}`)
 	}
-	waitCaughtUp(t, c, f.store, []string{"nogroup"}, 10*time.Second)
+	waitCaughtUp(t, c, f.store, []string{nogroup}, 10*time.Second)
 	time.Sleep(300 * time.Millisecond)
 	evs := entries(t, f.rdb, f.keys.Events())
 	if len(evs) != 30 || evs[len(evs)-1].ID != "99" {
