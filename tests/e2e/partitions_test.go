@@ -93,14 +93,22 @@ func partitionStreams(feed string, parts int) []string {
 func TestPartitions_ThreeRelaysSIGKILL(t *testing.T) {
 	const feedName, parts = "parts", 6
 	ttl := time.Second
-	c := cluster(t, esemu.Config{Nodes: 3, OutOfOrder: true})
-	createIndex(t, c, "parts", 6, 1)
+	c := esCluster(t, esemu.Config{Nodes: 3, OutOfOrder: true})
+	ix := c.Index("parts")
+	createIndex(t, c, ix, 6, 1)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	stopWriters := startWriters(t, c, "parts", 4, 7, true, false)
-	args := relayArgs(c, srv.URL(), feedName, "parts", "--deletes", "--delete-scan-interval", "30ms",
+	stopWriters := startWriters(t, c, ix, 4, 7, true, false)
+	args := relayArgs(c, srv.URL(), feedName, ix, "--deletes", "--delete-scan-interval", "30ms",
 		"--partitions", "6", "--lease-ttl", ttl.String())
 	procs := []*proc{startBinary(t, args...), startBinary(t, args...), startBinary(t, args...)}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i, p := range procs {
+				t.Logf("relay %d:\n%s", i, tail(p.out.String(), 40))
+			}
+		}
+	})
 	names := make([]string, len(procs))
 	for i, p := range procs {
 		names[i] = fmt.Sprintf("-%d", p.cmd.Process.Pid) // ownerName() is <host>-<pid>
@@ -173,22 +181,24 @@ func TestPartitions_ThreeRelaysSIGKILL(t *testing.T) {
 	}
 
 	time.Sleep(time.Second) // writes after the takeover
-	ops, _ := writerOps(stopWriters())
+	waitDeleteEvent(t, rdb, partitionStreams(feedName, parts), 30*time.Second)
+	ws := stopWriters()
+	ops, _ := writerOps(ws)
 	deadline = time.Now().Add(30 * time.Second)
 	for why := "?"; why != ""; {
-		if why = partitionsCaughtUp(t, c, rdb, feedName, parts, []string{"parts"}); why != "" && time.Now().After(deadline) {
+		if why = partitionsCaughtUp(t, c, rdb, feedName, parts, []string{ix}); why != "" && time.Now().After(deadline) {
 			t.Fatalf("the partitions did not catch up: %s", why)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	a := auditStreams(t, c, rdb, partitionStreams(feedName, parts), []string{"parts"}, 30*time.Second)
+	a := auditStreams(t, c, rdb, partitionStreams(feedName, parts), []string{ix}, ws, 30*time.Second)
 	if a.Deletes == 0 {
 		t.Error("no delete event: the scenario did not exercise delete scans")
 	}
 
 	// Each partition's stream carries only its shards; the index's
 	// generation is feed-level.
-	uuid := indexUUID(t, c, "parts")
+	uuid := indexUUID(t, c, ix)
 	used := map[int]bool{}
 	for p, s := range partitionStreams(feedName, parts) {
 		for _, e := range entries(t, rdb, s) {
@@ -227,14 +237,15 @@ func TestPartitions_ThreeRelaysSIGKILL(t *testing.T) {
 // refuses --partitions 3; so does resync; --partitions out of 1..1024 is a
 // usage error.
 func TestPartitions_CountIsFixed(t *testing.T) {
-	c := cluster(t, esemu.Config{})
-	createIndex(t, c, "fixed", 2, 0)
-	mustDo(t, "PUT", c.URL()+"/fixed/_doc/1", `{"a":1}`)
+	c := esCluster(t, esemu.Config{})
+	fixed := c.Index("fixed")
+	createIndex(t, c, fixed, 2, 0)
+	mustDo(t, "PUT", c.URL()+"/"+fixed+"/_doc/1", `{"a":1}`)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
 
-	p := startBinary(t, relayArgs(c, srv.URL(), "six", "fixed", "--partitions", "6")...)
+	p := startBinary(t, relayArgs(c, srv.URL(), "six", fixed, "--partitions", "6")...)
 	deadline := time.Now().Add(10 * time.Second)
 	for countOwners(leaseOwners(t, rdb, "six", 6))[""] != 0 {
 		if time.Now().After(deadline) {
@@ -246,17 +257,17 @@ func TestPartitions_CountIsFixed(t *testing.T) {
 	if got, _ := rdb.HGet(ctx, "escf:{six}:meta", "partitions").Result(); got != "6" {
 		t.Fatalf("escf:{six}:meta partitions = %q, want 6", got)
 	}
-	code, out := runBinary(t, 20*time.Second, relayArgs(c, srv.URL(), "six", "fixed", "--partitions", "4")...)
+	code, out := runBinary(t, 20*time.Second, relayArgs(c, srv.URL(), "six", fixed, "--partitions", "4")...)
 	if code != 1 || !strings.Contains(out, "feed six has 6 partitions (escf:{six}:meta partitions); you passed --partitions 4: pass --partitions 6") {
 		t.Fatalf("restart with --partitions 4: exit %d, want 1 with the explanation:\n%s", code, out)
 	}
-	code, out = runBinary(t, 20*time.Second, relayArgs(c, srv.URL(), "six", "fixed")...)
+	code, out = runBinary(t, 20*time.Second, relayArgs(c, srv.URL(), "six", fixed)...)
 	if code != 1 || !strings.Contains(out, "pass --partitions 6") {
 		t.Fatalf("restart without --partitions: exit %d, want 1 with the explanation:\n%s", code, out)
 	}
 
 	// An unpartitioned feed.
-	p = startBinary(t, relayArgs(c, srv.URL(), "one", "fixed")...)
+	p = startBinary(t, relayArgs(c, srv.URL(), "one", fixed)...)
 	deadline = time.Now().Add(10 * time.Second)
 	for n, _ := rdb.Exists(ctx, "escf:{one}:meta").Result(); n == 0; n, _ = rdb.Exists(ctx, "escf:{one}:meta").Result() {
 		if time.Now().After(deadline) {
@@ -265,7 +276,7 @@ func TestPartitions_CountIsFixed(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	p.kill()
-	code, out = runBinary(t, 20*time.Second, relayArgs(c, srv.URL(), "one", "fixed", "--partitions", "3")...)
+	code, out = runBinary(t, 20*time.Second, relayArgs(c, srv.URL(), "one", fixed, "--partitions", "3")...)
 	if code != 1 || !strings.Contains(out, "feed one exists with one partition") || !strings.Contains(out, "you passed --partitions 3") {
 		t.Fatalf("unpartitioned feed then --partitions 3: exit %d, want 1 with the explanation:\n%s", code, out)
 	}
@@ -278,13 +289,13 @@ func TestPartitions_CountIsFixed(t *testing.T) {
 		}
 	}
 
-	resync := append([]string{"resync"}, relayArgs(c, srv.URL(), "six", "fixed", "--partitions", "4")[1:]...)
+	resync := append([]string{"resync"}, relayArgs(c, srv.URL(), "six", fixed, "--partitions", "4")[1:]...)
 	code, out = runBinary(t, 20*time.Second, resync...)
 	if code != 1 || !strings.Contains(out, "pass --partitions 6") {
 		t.Fatalf("resync --partitions 4 of a 6-partition feed: exit %d, want 1 with the explanation:\n%s", code, out)
 	}
 	for _, bad := range []string{"0", "1025", "-3"} {
-		code, out = runBinary(t, 20*time.Second, relayArgs(c, srv.URL(), "bad", "fixed", "--partitions", bad)...)
+		code, out = runBinary(t, 20*time.Second, relayArgs(c, srv.URL(), "bad", fixed, "--partitions", bad)...)
 		if code != 2 || !strings.Contains(out, "--partitions "+bad+": want 1..1024") {
 			t.Errorf("--partitions %s: exit %d, want 2 naming the flag:\n%s", bad, code, out)
 		}
@@ -297,7 +308,7 @@ func TestPartitions_CountIsFixed(t *testing.T) {
 // partition (--deletes); every partition drops the index's state.
 func TestPartitions_IndexGone(t *testing.T) {
 	const parts = 3
-	c := cluster(t, esemu.Config{})
+	c := esCluster(t, esemu.Config{})
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
@@ -309,8 +320,8 @@ func TestPartitions_IndexGone(t *testing.T) {
 		{name: "per-document", extra: []string{"--deletes"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ix := "gone-" + strings.ReplaceAll(tc.name, "_", "-")
-			feed := ix
+			feed := "gone-" + strings.ReplaceAll(tc.name, "_", "-")
+			ix := c.Index(feed)
 			createIndex(t, c, ix, 4, 0)
 			const docs = 40
 			for i := range docs {
@@ -381,8 +392,9 @@ func TestPartitions_IndexGone(t *testing.T) {
 // it returns ErrLeaseLost when the lease is taken, and when it loses it
 // while leading.
 func TestPartitions_RelayReturnsOnLostLease(t *testing.T) {
-	c := cluster(t, esemu.Config{})
-	createIndex(t, c, "lost", 1, 0)
+	c := esCluster(t, esemu.Config{})
+	lost := c.Index("lost")
+	createIndex(t, c, lost, 1, 0)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
@@ -401,12 +413,12 @@ func TestPartitions_RelayReturnsOnLostLease(t *testing.T) {
 
 	key := redisx.NewKeys("lost-held").Lease()
 	rdb.Set(ctx, key, "someone-else", 5*time.Second)
-	f := startRelay(t, c, srv.URL(), "lost-held", []string{"lost"}, managed)
+	f := startRelay(t, c, srv.URL(), "lost-held", []string{lost}, managed)
 	if err := result(f, 2*time.Second); !errors.Is(err, redisx.ErrLeaseLost) {
 		t.Fatalf("lease held by another: Run = %v, want ErrLeaseLost at once", err)
 	}
 
-	f = startRelay(t, c, srv.URL(), "lost-lead", []string{"lost"}, managed)
+	f = startRelay(t, c, srv.URL(), "lost-lead", []string{lost}, managed)
 	waitHolder(t, rdb.Get, f.keys.Lease(), "", 5*time.Second)
 	rdb.Set(ctx, f.keys.Lease(), "thief", 5*time.Second)
 	if err := result(f, 3*time.Second); !errors.Is(err, redisx.ErrLeaseLost) {
@@ -420,40 +432,41 @@ func TestPartitions_RelayReturnsOnLostLease(t *testing.T) {
 // of partitions that saw them.
 func TestPartitions_Generations(t *testing.T) {
 	const feed, parts = "regen", 3
-	c := cluster(t, esemu.Config{})
+	c := esCluster(t, esemu.Config{})
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	createIndex(t, c, "regen", 4, 0)
+	regen := c.Index("regen")
+	createIndex(t, c, regen, 4, 0)
 	for i := range 20 {
-		mustDo(t, "PUT", fmt.Sprintf("%s/regen/_doc/%d", c.URL(), i), `{"n":1}`)
+		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/%d", c.URL(), regen, i), `{"n":1}`)
 	}
-	old := indexUUID(t, c, "regen")
-	p := startBinary(t, relayArgs(c, srv.URL(), feed, "regen*", "--partitions", "3")...)
+	old := indexUUID(t, c, regen)
+	p := startBinary(t, relayArgs(c, srv.URL(), feed, regen+"*", "--partitions", "3")...)
 	waitUp := func() {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
 		for why := "?"; why != ""; {
-			if why = partitionsCaughtUp(t, c, rdb, feed, parts, []string{"regen"}); why != "" && time.Now().After(deadline) {
+			if why = partitionsCaughtUp(t, c, rdb, feed, parts, []string{regen}); why != "" && time.Now().After(deadline) {
 				t.Fatalf("not caught up: %s\n%s", why, p.out)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
 	waitUp()
-	mustDo(t, "DELETE", c.URL()+"/regen", "")
-	createIndex(t, c, "regen", 4, 0)
+	mustDo(t, "DELETE", c.URL()+"/"+regen, "")
+	createIndex(t, c, regen, 4, 0)
 	for i := range 20 {
-		mustDo(t, "PUT", fmt.Sprintf("%s/regen/_doc/%d", c.URL(), i), `{"n":2}`)
+		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/%d", c.URL(), regen, i), `{"n":2}`)
 	}
-	recreated := indexUUID(t, c, "regen")
+	recreated := indexUUID(t, c, regen)
 	waitUp()
 	p.kill()
 	got, err := rdb.HGetAll(ctx, redisx.NewKeys(feed).Generations()).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{old: "1", recreated: "2", "name:regen": "2"}
+	want := map[string]string{old: "1", recreated: "2", "name:" + regen: "2"}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("feed-level generations %v, want %v", got, want)
@@ -474,26 +487,34 @@ func TestPartitions_Generations(t *testing.T) {
 // manager (new documents flow).
 func TestPartitions_Resync(t *testing.T) {
 	const feed, parts = "rs", 3
-	c := cluster(t, esemu.Config{})
+	c := esCluster(t, esemu.Config{})
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	createIndex(t, c, "rs", 4, 0)
+	rs := c.Index("rs")
+	createIndex(t, c, rs, 4, 0)
+	// The writes go through a writer: on a real cluster the audit judges
+	// the stream by their acknowledgements.
+	w := &writer{index: rs}
+	if !onEmulator(c) {
+		w.acks = newAckLog()
+	}
 	const docs = 30
 	for i := range docs {
-		mustDo(t, "PUT", fmt.Sprintf("%s/rs/_doc/%d", c.URL(), i), `{"n":1}`)
+		id := fmt.Sprint(i)
+		w.do(t, "PUT", fmt.Sprintf("%s/%s/_doc/%s", c.URL(), rs, id), `{"n":1}`, id)
 	}
 	waitUp := func(p *proc) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
 		for why := "?"; why != ""; {
-			if why = partitionsCaughtUp(t, c, rdb, feed, parts, []string{"rs"}); why != "" && time.Now().After(deadline) {
+			if why = partitionsCaughtUp(t, c, rdb, feed, parts, []string{rs}); why != "" && time.Now().After(deadline) {
 				t.Fatalf("not caught up: %s\n%s", why, p.out)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	p := startBinary(t, relayArgs(c, srv.URL(), feed, "rs", "--partitions", "3")...)
+	p := startBinary(t, relayArgs(c, srv.URL(), feed, rs, "--partitions", "3")...)
 	waitUp(p)
 	p.kill()
 	before := map[int]int{}
@@ -501,7 +522,7 @@ func TestPartitions_Resync(t *testing.T) {
 		before[q] = len(entries(t, rdb, s))
 	}
 
-	args := append([]string{"resync"}, relayArgs(c, srv.URL(), feed, "rs", "--partitions", "3")[1:]...)
+	args := append([]string{"resync"}, relayArgs(c, srv.URL(), feed, rs, "--partitions", "3")[1:]...)
 	p = startBinary(t, args...)
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(p.out.String(), "every partition's snapshot is written") {
@@ -510,7 +531,7 @@ func TestPartitions_Resync(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	mustDo(t, "PUT", c.URL()+"/rs/_doc/after", `{"n":2}`)
+	w.do(t, "PUT", c.URL()+"/"+rs+"/_doc/after", `{"n":2}`, "after")
 	waitUp(p)
 	p.kill()
 
@@ -526,7 +547,7 @@ func TestPartitions_Resync(t *testing.T) {
 			switch {
 			case e.Op == redisx.OpSnapshotEnd:
 				ended = true
-				counted += e.Counts["rs"]
+				counted += e.Counts[rs]
 			case e.Op == redisx.OpUpsert && !ended:
 				seen[e.ID]++
 				if got := redisx.Partition(e.IndexUUID, e.Shard, parts); got != q {
@@ -552,7 +573,7 @@ func TestPartitions_Resync(t *testing.T) {
 	}
 	// The snapshot repeats upserts the first run delivered (audit counts
 	// them as duplicates, as for any resync); nothing may be lost or wrong.
-	a := auditStreams(t, c, rdb, partitionStreams(feed, parts), []string{"rs"}, 10*time.Second)
+	a := auditStreams(t, c, rdb, partitionStreams(feed, parts), []string{rs}, []*writer{w}, 10*time.Second)
 	if a.Lost+a.Wrong != 0 {
 		t.Errorf("after the resync the streams replay wrongly: %+v", a)
 	}
@@ -562,12 +583,13 @@ func TestPartitions_Resync(t *testing.T) {
 // per-partition collectors labelled partition="<p>", and /readyz says which
 // partitions it holds.
 func TestPartitions_Metrics(t *testing.T) {
-	c := cluster(t, esemu.Config{})
-	createIndex(t, c, "pm", 2, 0)
-	mustDo(t, "PUT", c.URL()+"/pm/_doc/1", `{}`)
+	c := esCluster(t, esemu.Config{})
+	pm := c.Index("pm")
+	createIndex(t, c, pm, 2, 0)
+	mustDo(t, "PUT", c.URL()+"/"+pm+"/_doc/1", `{}`)
 	srv := redistest.Start(t)
 	addr := closedPort(t)
-	p := startBinary(t, relayArgs(c, srv.URL(), "pm", "pm", "--partitions", "3", "--deletes", "--metrics-addr", addr)...)
+	p := startBinary(t, relayArgs(c, srv.URL(), "pm", pm, "--partitions", "3", "--deletes", "--metrics-addr", addr)...)
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {

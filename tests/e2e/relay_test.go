@@ -38,6 +38,10 @@ type writer struct {
 	// acks, when set, records what the cluster acknowledged: the real
 	// cluster's audit (auditAcks) has no op history to check against.
 	acks *ackLog
+	// pace, when set, is a pause before each request: unpaced writers
+	// saturate a real node on a small machine, and its readers (the relays)
+	// then never catch up before the writes end.
+	pace time.Duration
 }
 
 // base is the URL a request goes to.
@@ -72,6 +76,13 @@ func (w *writer) do(tb testing.TB, method, url, body string, ids ...string) []by
 
 func (w *writer) run(tb testing.TB, stop <-chan struct{}) {
 	for {
+		if w.pace > 0 {
+			select {
+			case <-stop:
+				return
+			case <-time.After(w.pace):
+			}
+		}
 		select {
 		case <-stop:
 			return
