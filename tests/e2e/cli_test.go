@@ -378,15 +378,16 @@ func TestCLI_TLS(t *testing.T) {
 // already follows (a restart during maintenance must not crash-loop): those
 // are skipped with a warning and read on once reopened.
 func TestCLI_ClosedIndex(t *testing.T) {
-	c := cluster(t, esemu.Config{})
-	createIndex(t, c, "shut-1", 1, 0)
-	mustDo(t, "POST", c.URL()+"/shut-1/_close", "")
-	createIndex(t, c, "kept", 1, 0)
-	mustDo(t, "PUT", c.URL()+"/kept/_doc/a", `{}`)
+	c := esCluster(t, esemu.Config{})
+	shut, kept := c.Index("shut-1"), c.Index("kept")
+	createIndex(t, c, shut, 1, 0)
+	mustDo(t, "POST", c.URL()+"/"+shut+"/_close", "")
+	createIndex(t, c, kept, 1, 0)
+	mustDo(t, "PUT", c.URL()+"/"+kept+"/_doc/a", `{}`)
 	srv := redistest.Start(t)
 
 	t.Run("matched by a pattern", func(t *testing.T) {
-		p := startBinary(t, relayArgs(c, srv.URL(), "pattern", "shut-*")...)
+		p := startBinary(t, relayArgs(c, srv.URL(), "pattern", c.Index("shut-*"))...)
 		time.Sleep(time.Second)
 		if p.cmd.ProcessState != nil {
 			t.Fatalf("the relay exited:\n%s", p.out)
@@ -397,11 +398,11 @@ func TestCLI_ClosedIndex(t *testing.T) {
 		p.kill()
 	})
 	t.Run("named explicitly and already followed", func(t *testing.T) {
-		p := startBinary(t, relayArgs(c, srv.URL(), "known", "kept")...)
-		waitCaughtUp(t, c, storeFor(t, srv, "known"), []string{"kept"}, 10*time.Second)
+		p := startBinary(t, relayArgs(c, srv.URL(), "known", kept)...)
+		waitCaughtUp(t, c, storeFor(t, srv, "known"), []string{kept}, 10*time.Second)
 		p.kill()
-		mustDo(t, "POST", c.URL()+"/kept/_close", "")
-		p = startBinary(t, relayArgs(c, srv.URL(), "known", "kept")...)
+		mustDo(t, "POST", c.URL()+"/"+kept+"/_close", "")
+		p = startBinary(t, relayArgs(c, srv.URL(), "known", kept)...)
 		time.Sleep(time.Second)
 		if p.cmd.ProcessState != nil {
 			t.Fatalf("the relay exited on an index it follows that is closed:\n%s", p.out)
@@ -409,9 +410,9 @@ func TestCLI_ClosedIndex(t *testing.T) {
 		if !strings.Contains(p.out.String(), "index is closed") {
 			t.Fatalf("no warning about the closed index:\n%s", p.out)
 		}
-		mustDo(t, "POST", c.URL()+"/kept/_open", "")
-		mustDo(t, "PUT", c.URL()+"/kept/_doc/b", `{}`)
-		waitCaughtUp(t, c, storeFor(t, srv, "known"), []string{"kept"}, 10*time.Second)
+		mustDo(t, "POST", c.URL()+"/"+kept+"/_open", "")
+		mustDo(t, "PUT", c.URL()+"/"+kept+"/_doc/b", `{}`)
+		waitCaughtUp(t, c, storeFor(t, srv, "known"), []string{kept}, 10*time.Second)
 		evs := entries(t, srv.Client(t), redisx.NewKeys("known").Events())
 		if len(evs) != 2 || evs[0].ID != "a" || evs[1].ID != "b" {
 			t.Fatalf("events %+v, want a then b", evs)

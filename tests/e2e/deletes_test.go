@@ -235,10 +235,14 @@ func TestDeletes_AppendOnlyCostsNothing(t *testing.T) {
 		d = 5 * time.Second
 	}
 	t.Parallel()
-	c := cluster(t, esemu.Config{Nodes: 2, OutOfOrder: true})
-	createIndex(t, c, "appendonly", 3, 1)
+	c := esCluster(t, esemu.Config{Nodes: 2, OutOfOrder: true})
+	ix := c.Index("appendonly")
+	createIndex(t, c, ix, 3, 1)
 	srv := redistest.Start(t)
-	f := startRelayDeletes(t, c, srv.URL(), "appendonly", []string{"appendonly"}, func(dc *deletes.Config) {
+	// The relay's requests are counted: by the emulator, or by a proxy in
+	// front of a real cluster.
+	view, counter := relayCounted(t, c)
+	f := startRelayDeletes(t, view, srv.URL(), "appendonly", []string{ix}, func(dc *deletes.Config) {
 		dc.Interval = 50 * time.Millisecond
 	}, nil)
 	stop := time.Now().Add(d)
@@ -246,14 +250,14 @@ func TestDeletes_AppendOnlyCostsNothing(t *testing.T) {
 	for time.Now().Before(stop) {
 		var b strings.Builder
 		for i := 0; i < 20; i++ {
-			fmt.Fprintf(&b, "{\"index\":{\"_index\":\"appendonly\",\"_id\":\"doc-%d\"}}\n{\"n\":%d}\n", n, n)
+			fmt.Fprintf(&b, "{\"index\":{\"_index\":%q,\"_id\":\"doc-%d\"}}\n{\"n\":%d}\n", ix, n, n)
 			n++
 		}
 		mustDo(t, "POST", c.URL()+"/_bulk", b.String())
 		time.Sleep(20 * time.Millisecond)
 	}
-	waitCaughtUp(t, c, f.store, []string{"appendonly"}, 30*time.Second)
-	reqs := c.RequestCounts()
+	waitCaughtUp(t, c, f.store, []string{ix}, 30*time.Second)
+	reqs := counter.RequestCounts()
 	st := f.scanner.Stats()
 	t.Logf("%d documents over %s; requests %v; scans due %d, saved by gap proof %d", n, d, reqs, st.Due, st.SavedByGap)
 	// One _count is the relay's own: the total for the progress log of the
@@ -399,7 +403,8 @@ func TestDeletes_Flavors(t *testing.T) {
 				ix := c.Index("flavored")
 				createIndex(t, c, ix, 2, 1)
 				srv := redistest.Start(t)
-				f := startRelayDeletes(t, c, srv.URL(), "flavored", []string{ix}, func(dc *deletes.Config) {
+				view, counter := relayCounted(t, c)
+				f := startRelayDeletes(t, view, srv.URL(), "flavored", []string{ix}, func(dc *deletes.Config) {
 					dc.Listing = listing
 					dc.PageSize = 7
 				}, nil)
@@ -414,11 +419,7 @@ func TestDeletes_Flavors(t *testing.T) {
 				if n := checkDeletes(t, c, ix, evs); n != 10 {
 					t.Fatalf("%d deletes, want 10", n)
 				}
-				emu, ok := c.(*emulator)
-				if !ok {
-					return
-				}
-				if reqs := emu.RequestCounts(); (listing == "pit") != (reqs[esemu.KindPIT] > 0) || (listing == "scroll") != (reqs[esemu.KindScroll] > 0) {
+				if reqs := counter.RequestCounts(); (listing == "pit") != (reqs[esemu.KindPIT] > 0) || (listing == "scroll") != (reqs[esemu.KindScroll] > 0) {
 					t.Fatalf("listing %s, but requests were %v", listing, reqs)
 				}
 			})

@@ -242,55 +242,66 @@ func TestTargets_AliasRolledOver(t *testing.T) {
 }
 
 // TestTargets_DataStreamRolledOver: a data stream written during 3
-// rollovers; the feed follows the data stream's backing indices.
+// rollovers; the feed follows the data stream's backing indices. On the
+// emulator once per flavor; on a real cluster once, on its engine (not on
+// Elasticsearch 7.17, which has no data streams from Maven Central's jars).
 func TestTargets_DataStreamRolledOver(t *testing.T) {
+	if realClusterEnv(t) != nil {
+		c := esCluster(t, esemu.Config{})
+		skipWithoutDataStreams(t, c)
+		dataStreamRolledOver(t, c)
+		return
+	}
 	for _, fl := range []esemu.Flavor{esemu.FlavorES9, esemu.FlavorOpenSearch3} {
 		t.Run(string(fl), func(t *testing.T) {
-			c := cluster(t, esemu.Config{Flavor: fl, Nodes: 2, OutOfOrder: true})
-			mustDo(t, "PUT", c.URL()+"/_index_template/metrics", `{"index_patterns":["metrics-*"],"data_stream":{},"template":{"settings":{"number_of_shards":2,"number_of_replicas":1}}}`)
-			srv := redistest.Start(t)
-			f := startRelay(t, c, srv.URL(), "ds", []string{"metrics-app"}, nil)
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			for w := 0; w < 3; w++ {
-				wg.Add(1)
-				go func(w int) {
-					defer wg.Done()
-					for i := 0; ; i++ {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						mustDo(t, "POST", c.URL()+"/metrics-app/_doc", fmt.Sprintf(`{"@timestamp":"2026-11-29T12:00:00Z","w":%d,"i":%d}`, w, i))
-					}
-				}(w)
-			}
-			for i := 0; i < 3; i++ {
-				time.Sleep(600 * time.Millisecond)
-				mustDo(t, "POST", c.URL()+"/metrics-app/_rollover", "")
-			}
-			time.Sleep(600 * time.Millisecond)
-			close(stop)
-			wg.Wait()
-			names := resolveNames(t, c, "metrics-app")
-			if len(names) != 4 {
-				t.Fatalf("backing indices %v, want 4 after 3 rollovers", names)
-			}
-			evs := waitMirrorExpr(t, c, f, "metrics-app", 30*time.Second)
-			noSeqTwice(t, evs)
-			per := map[string]int{}
-			for _, e := range evs {
-				per[e.Index]++
-			}
-			for _, n := range names {
-				if per[n] == 0 {
-					t.Errorf("no events from backing index %s", n)
-				}
-			}
-			t.Logf("events per backing index: %v", per)
+			dataStreamRolledOver(t, &emulator{newEmulator(t, esemu.Config{Flavor: fl, Nodes: 2, OutOfOrder: true})})
 		})
 	}
+}
+
+func dataStreamRolledOver(t *testing.T, c testCluster) {
+	stream := dataStreamTemplate(t, c, "metrics", 2, 1)
+	srv := redistest.Start(t)
+	f := startRelay(t, c, srv.URL(), "ds", []string{stream}, nil)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 3; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				mustDo(t, "POST", c.URL()+"/"+stream+"/_doc", fmt.Sprintf(`{"@timestamp":"2026-11-29T12:00:00Z","w":%d,"i":%d}`, w, i))
+			}
+		}(w)
+	}
+	for i := 0; i < 3; i++ {
+		time.Sleep(600 * time.Millisecond)
+		mustDo(t, "POST", c.URL()+"/"+stream+"/_rollover", "")
+	}
+	time.Sleep(600 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	names := resolveNames(t, c, stream)
+	if len(names) != 4 {
+		t.Fatalf("backing indices %v, want 4 after 3 rollovers", names)
+	}
+	evs := waitMirrorExpr(t, c, f, stream, 30*time.Second)
+	noSeqTwice(t, evs)
+	per := map[string]int{}
+	for _, e := range evs {
+		per[e.Index]++
+	}
+	for _, n := range names {
+		if per[n] == 0 {
+			t.Errorf("no events from backing index %s", n)
+		}
+	}
+	t.Logf("events per backing index: %v", per)
 }
 
 // TestTargets_FromNow delivers only changes made after the relay started,
