@@ -157,26 +157,28 @@ func TestRedisSecurity_ACLOverTLS(t *testing.T) {
 	tlsArgs := []string{"--redis-ca-cert", srv.TLS.CA, "--redis-client-cert", srv.TLS.ClientCert, "--redis-client-key", srv.TLS.ClientKey}
 	relayPWFile := writeFile(t, "relay.pw", []byte(passwords["escf-relay"]+"\n"))
 
-	src, dst := cluster(t, esemu.Config{}), cluster(t, esemu.Config{})
-	createIndex(t, src, "orders", 2, 0)
-	createIndex(t, dst, "orders", 1, 0)
+	src := esCluster(t, esemu.Config{})
+	dst := mirrorTarget(t, src, esemu.Config{})
+	orders := src.Index("orders")
+	createIndex(t, src, orders, 2, 0)
+	createIndex(t, dst, orders, 1, 0)
 	for i := 0; i < 30; i++ {
-		mustDo(t, "PUT", fmt.Sprintf("%s/orders/_doc/o%d", src.URL(), i), fmt.Sprintf(`{"n":%d}`, i))
+		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/o%d", src.URL(), orders, i), fmt.Sprintf(`{"n":%d}`, i))
 	}
 	relayFlags := append([]string{"--deletes", "--delete-scan-interval", "200ms", "--trim", "--trim-interval", "200ms",
 		"--max-backlog", "100000", "--metrics-addr", "127.0.0.1:0", "--redis-password-file", relayPWFile}, tlsArgs...)
-	relay := startBinary(t, relayArgs(src, userURL("escf-relay"), feedName, "orders", relayFlags...)...)
+	relay := startBinary(t, relayArgs(src, userURL("escf-relay"), feedName, orders, relayFlags...)...)
 	consumer := startBinaryWithEnv(t, []string{"ESCF_REDIS_PASSWORD=" + passwords["escf-consumer"]},
 		append(consumeArgs(userURL("escf-consumer"), feedName, "mirror", "c1", dst.URL()), tlsArgs...)...)
-	waitTargetMirror(t, src, dst, "orders", 30*time.Second)
+	waitTargetMirror(t, src, dst, orders, 30*time.Second)
 	// Updates and deletes of delivered documents: delete scans list ids.
 	for i := 0; i < 30; i += 3 {
-		mustDo(t, "PUT", fmt.Sprintf("%s/orders/_doc/o%d", src.URL(), i), `{"edited":true}`)
+		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/o%d", src.URL(), orders, i), `{"edited":true}`)
 	}
 	for i := 1; i < 30; i += 5 {
-		mustDo(t, "DELETE", fmt.Sprintf("%s/orders/_doc/o%d", src.URL(), i), "")
+		mustDo(t, "DELETE", fmt.Sprintf("%s/%s/_doc/o%d", src.URL(), orders, i), "")
 	}
-	n := waitTargetMirror(t, src, dst, "orders", 30*time.Second)
+	n := waitTargetMirror(t, src, dst, orders, 30*time.Second)
 
 	// The status page and metrics of the relay read as escf-relay.
 	m := regexp.MustCompile(`addr=(http://[0-9.:]+)/`).FindStringSubmatch(relay.out.String())
@@ -197,8 +199,8 @@ func TestRedisSecurity_ACLOverTLS(t *testing.T) {
 	stopGracefully(t, relay, "the relay")
 	// resync as escf-relay: SCAN, DEL, then the snapshot.
 	resync := startBinaryWithEnv(t, []string{"ESCF_REDIS_PASSWORD_FILE=" + relayPWFile},
-		append([]string{"resync", "--es", src.URL(), "--redis", userURL("escf-relay"), "--feed", feedName, "--index", "orders",
-			"--poll-interval", "20ms", "--lease-ttl", "500ms"}, tlsArgs...)...)
+		append(append(append([]string{"resync"}, inspect(src).cliArgs()...), "--redis", userURL("escf-relay"), "--feed", feedName, "--index", orders,
+			"--poll-interval", "20ms", "--lease-ttl", "500ms"), tlsArgs...)...)
 	admin := srv.Client(t)
 	stream := redisx.NewKeys(feedName).Events()
 	deadline := time.Now().Add(20 * time.Second)
@@ -213,7 +215,7 @@ func TestRedisSecurity_ACLOverTLS(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	stopGracefully(t, resync, "resync")
-	waitTargetMirror(t, src, dst, "orders", 20*time.Second)
+	waitTargetMirror(t, src, dst, orders, 20*time.Second)
 	// status as escf-status, with the snapshot's entries in the stream (the
 	// resync did not trim): it reads the first and last entry too.
 	code, statusOut := runBinary(t, 20*time.Second, append([]string{"status", "--json", "--redis", userURL("escf-status"),
@@ -251,9 +253,9 @@ func TestRedisSecurity_ACLOverTLS(t *testing.T) {
 		user, drop, want string
 		args             []string
 	}{
-		{"escf-relay", "+xadd", "XADD", relayArgs(src, userURL("escf-relay"), feedName, "orders", "--redis-password-file", relayPWFile)},
-		{"escf-relay", "+evalsha", "EVALSHA", relayArgs(src, userURL("escf-relay"), feedName, "orders", "--redis-password-file", relayPWFile)},
-		{"escf-relay", "+pexpire", "Lua script of command EVALSHA on key escf:{secured}:lease", relayArgs(src, userURL("escf-relay"), feedName, "orders", "--redis-password-file", relayPWFile)},
+		{"escf-relay", "+xadd", "XADD", relayArgs(src, userURL("escf-relay"), feedName, orders, "--redis-password-file", relayPWFile)},
+		{"escf-relay", "+evalsha", "EVALSHA", relayArgs(src, userURL("escf-relay"), feedName, orders, "--redis-password-file", relayPWFile)},
+		{"escf-relay", "+pexpire", "Lua script of command EVALSHA on key escf:{secured}:lease", relayArgs(src, userURL("escf-relay"), feedName, orders, "--redis-password-file", relayPWFile)},
 		{"escf-consumer", "+xreadgroup", "XREADGROUP", append(consumeArgs(userURL("escf-consumer"), feedName, "mirror", "c1", dst.URL()),
 			"--redis-password", passwords["escf-consumer"])},
 		{"escf-consumer", "+xgroup|create", "XGROUP|CREATE", append(consumeArgs(userURL("escf-consumer"), feedName, "other-group", "c1", dst.URL()),
@@ -268,7 +270,7 @@ func TestRedisSecurity_ACLOverTLS(t *testing.T) {
 			setUser(tt.user, without(r, tt.drop))
 			defer setUser(tt.user, r)
 			// A new document, so that the relay has an event to XADD.
-			mustDo(t, "PUT", fmt.Sprintf("%s/orders/_doc/new-%s", src.URL(), tt.want), `{"new":true}`)
+			mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/new-%s", src.URL(), orders, tt.want), `{"new":true}`)
 			p := startBinary(t, append(tt.args, tlsArgs...)...)
 			code := waitExit(t, p, 20*time.Second)
 			out := p.out.String()
@@ -312,12 +314,13 @@ func TestRedisSecurity_BadTLSAndPassword(t *testing.T) {
 	other := redistest.NewCA(t, "not-the-servers-ca")
 	otherCA := writeFile(t, "other-ca.crt", other.CertPEM)
 	wrongPW := writeFile(t, "wrong.pw", []byte(secret+"\n"))
-	c := cluster(t, esemu.Config{})
-	createIndex(t, c, "present", 1, 0)
+	c := esCluster(t, esemu.Config{})
+	present := c.Index("present")
+	createIndex(t, c, present, 1, 0)
 	url := fmt.Sprintf("rediss://escf@%s/0", srv.Addr)
 	rightPW := writeFile(t, "right.pw", []byte("Right-pw-unguessable"))
 	run := func(extra ...string) []string {
-		return append([]string{"run", "--es", c.URL(), "--redis", url, "--feed", "bad", "--index", "present"}, extra...)
+		return append([]string{"run", "--es", c.URL(), "--redis", url, "--feed", "bad", "--index", present}, extra...)
 	}
 	cert := []string{"--redis-client-cert", srv.TLS.ClientCert, "--redis-client-key", srv.TLS.ClientKey}
 	tests := []struct {
@@ -379,9 +382,10 @@ func TestRedisSecurity_BadTLSAndPassword(t *testing.T) {
 // stream replays to exactly the cluster's documents.
 func TestRedisSecurity_RelayThroughSentinel(t *testing.T) {
 	st := redistest.StartSentinels(t, 1)
-	c := cluster(t, esemu.Config{})
-	createIndex(t, c, "watched", 2, 0)
-	relay := startBinary(t, relayArgs(c, st.URL(), "sentinel", "watched")...)
+	c := esCluster(t, esemu.Config{})
+	watched := c.Index("watched")
+	createIndex(t, c, watched, 2, 0)
+	relay := startBinary(t, relayArgs(c, st.URL(), "sentinel", watched)...)
 	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: st.Name, SentinelAddrs: st.Addrs})
 	defer rdb.Close()
 	stream := redisx.NewKeys("sentinel").Events()
@@ -402,7 +406,7 @@ func TestRedisSecurity_RelayThroughSentinel(t *testing.T) {
 					}
 					evs = append(evs, e)
 				}
-				if diff = diffDocs(clusterDocs(t, c, "watched"), replay(evs)); diff == "" {
+				if diff = diffDocs(clusterDocs(t, c, watched), replay(evs)); diff == "" {
 					return
 				}
 			} else {
@@ -413,7 +417,7 @@ func TestRedisSecurity_RelayThroughSentinel(t *testing.T) {
 		t.Fatalf("%s: the stream does not replay to the cluster within %s:\n%s\nrelay:\n%s\nsentinel:\n%s\nreplica:\n%s", what, timeout, diff, relay.out, st.Log(), st.Replica.Log())
 	}
 	for i := 0; i < 20; i++ {
-		mustDo(t, "PUT", fmt.Sprintf("%s/watched/_doc/d%d", c.URL(), i), fmt.Sprintf(`{"n":%d}`, i))
+		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/d%d", c.URL(), watched, i), fmt.Sprintf(`{"n":%d}`, i))
 	}
 	waitReplay("before the failover", 15*time.Second)
 	old := st.MasterAddr(t)
@@ -424,7 +428,7 @@ func TestRedisSecurity_RelayThroughSentinel(t *testing.T) {
 	st.Master.Stop()
 	killed := time.Now()
 	for i := 10; i < 40; i++ {
-		mustDo(t, "PUT", fmt.Sprintf("%s/watched/_doc/d%d", c.URL(), i), fmt.Sprintf(`{"n":%d,"after":true}`, i))
+		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/d%d", c.URL(), watched, i), fmt.Sprintf(`{"n":%d,"after":true}`, i))
 	}
 	waitReplay("after the failover", 25*time.Second)
 	if now := st.MasterAddr(t); now == old || now != st.Replica.Addr {
@@ -448,18 +452,19 @@ func TestRedisSecurity_RelayThroughSentinel(t *testing.T) {
 // file (--cache-redis-… flags); the cache flags without --cache-redis, or
 // with another sink, are refused.
 func TestRedisSecurity_CacheSinkOverTLS(t *testing.T) {
-	c := cluster(t, esemu.Config{})
-	createIndex(t, c, "cached", 1, 0)
+	c := esCluster(t, esemu.Config{})
+	cached := c.Index("cached")
+	createIndex(t, c, cached, 1, 0)
 	feedRedis := redistest.Start(t)
 	cache := redistest.StartTLS(t, redistest.TLSOptions{AuthClients: "yes"})
 	const secret = "Cache-pw-4tR8-unguessable"
 	cache.SetUser(t, "cache-writer", secret, "~cache:*", "~escf:{cache}:fence:*", "-@all", "+ping", "+evalsha", "+eval", "+hget", "+hset", "+set", "+del")
 	pw := writeFile(t, "cache.pw", []byte(secret))
-	f := startRelay(t, c, feedRedis.URL(), "cachefeed", []string{"cached"}, nil)
+	f := startRelay(t, c, feedRedis.URL(), "cachefeed", []string{cached}, nil)
 	for i := 0; i < 5; i++ {
-		mustDo(t, "PUT", fmt.Sprintf("%s/cached/_doc/k%d", c.URL(), i), fmt.Sprintf(`{"n":%d}`, i))
+		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/k%d", c.URL(), cached, i), fmt.Sprintf(`{"n":%d}`, i))
 	}
-	waitCaughtUp(t, c, f.store, []string{"cached"}, 10*time.Second)
+	waitCaughtUp(t, c, f.store, []string{cached}, 10*time.Second)
 	cacheFlags := []string{"--sink", "redis", "--cache-mode", "set", "--cache-redis", fmt.Sprintf("rediss://cache-writer@%s/0", cache.Addr),
 		"--cache-redis-password-file", pw, "--cache-redis-ca-cert", cache.TLS.CA,
 		"--cache-redis-client-cert", cache.TLS.ClientCert, "--cache-redis-client-key", cache.TLS.ClientKey}
@@ -467,12 +472,12 @@ func TestRedisSecurity_CacheSinkOverTLS(t *testing.T) {
 	admin := cache.Client(t)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		v, err := admin.Get(context.Background(), "cache:cached:k4").Result()
+		v, err := admin.Get(context.Background(), "cache:"+cached+":k4").Result()
 		if err == nil && strings.Contains(v, `"n":4`) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the cache over TLS has no cache:cached:k4 within 15s (%v):\n%s", err, p.out)
+			t.Fatalf("the cache over TLS has no cache:%s:k4 within 15s (%v):\n%s", cached, err, p.out)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
