@@ -29,27 +29,18 @@ func startClusterRig(tb testing.TB, rc *redistest.Cluster, feedName string, cons
 	tb.Helper()
 	keys := redisx.NewKeys(feedName)
 	r := &redisFaultRig{rdb: rc.SlotClient(tb, keys.Events()), stop: make(chan struct{})}
-	r.src = cluster(tb, esemu.Config{Nodes: 2, OutOfOrder: true})
-	r.dst = cluster(tb, esemu.Config{})
-	createIndex(tb, r.src, rigIndex, 3, 1)
-	createIndex(tb, r.dst, rigIndex, 2, 0)
+	r.clusters(tb)
 	st, err := checkpoint.New(checkpoint.Config{Client: r.rdb, Keys: keys})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	r.f = &feed{name: feedName, rdb: r.rdb, keys: keys, store: st}
-	r.relay = startBinary(tb, relayArgs(r.src, rc.URL(), feedName, rigIndex,
+	r.relay = startBinary(tb, relayArgs(r.src, rc.URL(), feedName, r.index,
 		append([]string{"--deletes", "--delete-scan-interval", "200ms", "--lease-ttl", "10s"}, relayExtra...)...)...)
 	for i := 0; i < consumers; i++ {
 		r.consumers = append(r.consumers, startBinary(tb, consumeArgs(rc.URL(), feedName, rigGroup, fmt.Sprintf("c%d", i), r.dst.URL())...))
 	}
-	for i := 0; i < 2; i++ {
-		w := &writer{url: r.src.URL(), index: rigIndex, id: i, rng: rand.New(rand.NewPCG(uint64(i), 97)), routing: map[string]string{}, deletes: true}
-		r.writers = append(r.writers, w)
-		r.wg.Add(1)
-		go func() { defer r.wg.Done(); r.write(tb, w) }()
-	}
-	tb.Cleanup(r.stopWriters)
+	r.startWriters(tb, 97)
 	tb.Cleanup(func() {
 		if tb.Failed() {
 			for i, c := range r.consumers {
@@ -76,8 +67,8 @@ func tail(s string, n int) string {
 func (r *redisFaultRig) finishCluster(tb testing.TB) (auditResult, int, int64) {
 	tb.Helper()
 	r.stopWriters()
-	waitCaughtUp(tb, r.src, r.f.store, []string{rigIndex}, 60*time.Second)
-	waitMirror(tb, r.src, r.f, rigIndex, 30*time.Second)
+	waitCaughtUp(tb, r.src, r.f.store, []string{r.index}, 60*time.Second)
+	waitMirror(tb, r.src, r.f, r.index, 30*time.Second)
 	ctx := context.Background()
 	var last string
 	var lag int64
@@ -104,11 +95,11 @@ func (r *redisFaultRig) finishCluster(tb testing.TB) (auditResult, int, int64) {
 			break
 		}
 	}
-	docs := waitTargetMirror(tb, r.src, r.dst, rigIndex, 30*time.Second)
+	docs := waitTargetMirror(tb, r.src, r.dst, r.index, 30*time.Second)
 	if dead, _ := r.rdb.XLen(ctx, r.f.keys.Dead()).Result(); dead != 0 {
 		tb.Errorf("%d events dead-lettered: a Redis failover must not use up deliveries", dead)
 	}
-	a := audit(tb, r.src, []string{rigIndex}, entries(tb, r.rdb, r.f.keys.Events()))
+	a := auditBackend(tb, r.src, []string{r.index}, entries(tb, r.rdb, r.f.keys.Events()), r.writers)
 	if a.Deletes == 0 {
 		tb.Errorf("no delete event in %d entries: the scenario did not exercise deletes", a.Entries)
 	}
@@ -145,7 +136,7 @@ func parseRollbacks(out string) rollbackLog {
 // again.
 func repairDeletes(tb testing.TB, r *redisFaultRig) int {
 	tb.Helper()
-	deleted := deleteOps(tb, r.src, rigIndex)
+	deleted := deleteOps(tb, r.src.(*emulator).Cluster, r.index)
 	delivered := map[docKey]bool{}
 	n := 0
 	for _, e := range entries(tb, r.rdb, r.f.keys.Events()) {
@@ -206,6 +197,7 @@ func TestReliability_RedisClusterFailover(t *testing.T) {
 		{"replica link cut 300ms before, no wait", nil, 300 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			needsEmulator(t, "op histories (the deletes a rollback's repair emits are judged against them)")
 			kills := 3
 			if os.Getenv("ESCF_FIGURES") == "" {
 				// make test: one kill per case keeps CI in budget; make
@@ -257,8 +249,8 @@ func TestReliability_RedisClusterFailover(t *testing.T) {
 			unrepl := strings.Count(r.relay.out.String(), "commit not acknowledged by enough replicas")
 			record(t, figure{Scenario: fmt.Sprintf("Redis Cluster master SIGKILLed, replica promoted (3+3 nodes, node-timeout 1s), %s, relay --deletes + 2 consumers", tc.name),
 				Faults: kills, Entries: a.Entries, Docs: docs, Lost: a.Lost, Duplicated: a.Duplicated, Wrong: a.Wrong,
-				Note: fmt.Sprintf("%d writes, %d delete events; no process restarted; replica promoted after %v; after the killed node came back as its replica, the relay wrote again after %v, the group acked again after %v; rollbacks found %d: %d commits lost and read again, %d of them acknowledged; commits not acknowledged by a replica (WAIT) %d; %d events applied twice at the target (409), 0 effective; group lag Redis reports at the end (group done) %d; %d deletes emitted for documents of lost commits deleted since (of %d documents recorded again; not counted as wrong)",
-					r.writes(), a.Deletes, roundAll(took), roundAll(relayResume), roundAll(consumerResume), rb.rollbacks, rb.commits, rb.acknowledged, unrepl, r.dst.VersionConflicts(), lag, repairs, again)})
+				Note: fmt.Sprintf("%d writes, %d delete events; no process restarted; replica promoted after %v; after the killed node came back as its replica, the relay wrote again after %v, the group acked again after %v; rollbacks found %d: %d commits lost and read again, %d of them acknowledged; commits not acknowledged by a replica (WAIT) %d; %s; group lag Redis reports at the end (group done) %d; %d deletes emitted for documents of lost commits deleted since (of %d documents recorded again; not counted as wrong)",
+					r.writes(), a.Deletes, roundAll(took), roundAll(relayResume), roundAll(consumerResume), rb.rollbacks, rb.commits, rb.acknowledged, unrepl, r.conflicts(), lag, repairs, again)})
 		})
 	}
 }
@@ -295,14 +287,15 @@ func TestCLI_RedisClusterFlags(t *testing.T) {
 func TestRedisCluster_Partitions(t *testing.T) {
 	binary(t)
 	rc := redistest.StartCluster(t)
-	src := cluster(t, esemu.Config{Nodes: 2, OutOfOrder: true})
-	dst := cluster(t, esemu.Config{})
-	createIndex(t, src, rigIndex, 6, 1)
-	createIndex(t, dst, rigIndex, 2, 0)
+	src := esCluster(t, esemu.Config{Nodes: 2, OutOfOrder: true})
+	dst := mirrorTarget(t, src, esemu.Config{})
+	ix := src.Index(rigIndex)
+	createIndex(t, src, ix, 6, 1)
+	createIndex(t, dst, ix, 2, 0)
 	const feedName, p = "clparts", "6"
 	var procs []*proc
 	for i := 0; i < 3; i++ { // 3 relays share the 6 partitions; one is SIGKILLed
-		procs = append(procs, startBinary(t, relayArgs(src, rc.URL(), feedName, rigIndex,
+		procs = append(procs, startBinary(t, relayArgs(src, rc.URL(), feedName, ix,
 			"--deletes", "--delete-scan-interval", "200ms", "--lease-ttl", "2s", "--partitions", p)...))
 	}
 	for i := 0; i < 2; i++ {
@@ -310,7 +303,7 @@ func TestRedisCluster_Partitions(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	done := make(chan struct{})
-	w := &writer{url: src.URL(), index: rigIndex, id: 0, rng: rand.New(rand.NewPCG(7, 97)), routing: map[string]string{}, deletes: true}
+	w := &writer{url: src.URL(), index: ix, id: 0, rng: rand.New(rand.NewPCG(7, 97)), routing: map[string]string{}, deletes: true}
 	go func() {
 		defer close(done)
 		for {
@@ -327,7 +320,7 @@ func TestRedisCluster_Partitions(t *testing.T) {
 	time.Sleep(4 * time.Second)
 	close(stop)
 	<-done
-	docs := waitTargetMirror(t, src, dst, rigIndex, 60*time.Second)
+	docs := waitTargetMirror(t, src, dst, ix, 60*time.Second)
 	for i, pr := range procs {
 		if strings.Contains(pr.out.String(), "CROSSSLOT") {
 			t.Errorf("process %d met CROSSSLOT:\n%s", i, tail(pr.out.String(), 30))

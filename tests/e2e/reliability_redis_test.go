@@ -36,7 +36,8 @@ const (
 // writers (creates, updates, deletes), the relay binary with --deletes,
 // and consumer binaries mirroring into a target cluster with the bulk sink.
 type redisFaultRig struct {
-	src, dst  *esemu.Cluster
+	src, dst  testCluster
+	index     string // src.Index(rigIndex), in the target too
 	srv       *redistest.Server
 	rdb       *redis.Client
 	f         *feed
@@ -53,29 +54,66 @@ type redisFaultRig struct {
 func startRedisFaultRig(tb testing.TB, srv *redistest.Server, feedName string, consumers int, relayExtra ...string) *redisFaultRig {
 	tb.Helper()
 	r := &redisFaultRig{srv: srv, rdb: srv.Client(tb), stop: make(chan struct{})}
-	r.src = cluster(tb, esemu.Config{Nodes: 2, OutOfOrder: true})
-	r.dst = cluster(tb, esemu.Config{})
-	createIndex(tb, r.src, rigIndex, 3, 1)
-	createIndex(tb, r.dst, rigIndex, 2, 0)
+	r.clusters(tb)
 	r.f = &feed{name: feedName, rdb: r.rdb, keys: redisx.NewKeys(feedName), store: storeFor(tb, srv, feedName)}
 	r.relay = startBinary(tb, r.relayArgs("run", relayExtra...)...)
 	for i := 0; i < consumers; i++ {
 		r.consumers = append(r.consumers, startBinary(tb, consumeArgs(srv.URL(), feedName, rigGroup, fmt.Sprintf("c%d", i), r.dst.URL())...))
 	}
+	r.startWriters(tb, 83)
+	return r
+}
+
+// clusters gives the rig its source, with the index of 3 shards and 1
+// replica, and its target.
+func (r *redisFaultRig) clusters(tb testing.TB) {
+	tb.Helper()
+	r.src = esCluster(tb, esemu.Config{Nodes: 2, OutOfOrder: true})
+	r.dst = mirrorTarget(tb, r.src, esemu.Config{})
+	r.index = r.src.Index(rigIndex)
+	createIndex(tb, r.src, r.index, 3, 1)
+	createIndex(tb, r.dst, r.index, 2, 0)
+}
+
+// startWriters starts the rig's 2 writers (with an ack log on a real
+// cluster, for the audit), stopped at the end of the test.
+func (r *redisFaultRig) startWriters(tb testing.TB, seed uint64) {
+	var acks *ackLog
+	if !onEmulator(r.src) {
+		acks = newAckLog()
+	}
 	for i := 0; i < 2; i++ {
-		w := &writer{url: r.src.URL(), index: rigIndex, id: i, rng: rand.New(rand.NewPCG(uint64(i), 83)), routing: map[string]string{}, deletes: true}
+		w := &writer{url: r.src.URL(), index: r.index, id: i, rng: rand.New(rand.NewPCG(uint64(i), seed)), routing: map[string]string{}, deletes: true, acks: acks}
 		r.writers = append(r.writers, w)
 		r.wg.Add(1)
 		go func() { defer r.wg.Done(); r.write(tb, w) }()
 	}
 	tb.Cleanup(r.stopWriters)
-	return r
+}
+
+// conflicts describes the events the target refused as applied already
+// (409): the emulator counts them; a real target does not.
+func (r *redisFaultRig) conflicts() string {
+	if n, ok := versionConflicts(r.dst); ok {
+		return fmt.Sprintf("%d events applied twice at the target (409), 0 effective", n)
+	}
+	return "events applied twice at the target not counted (a real target has no counter of its 409s)"
+}
+
+// needsEmulator skips a test that needs the emulator's controls on a real
+// cluster before it starts anything (cluster skips too, but only where it
+// is called: after the Redis servers a test starts first).
+func needsEmulator(tb testing.TB, what string) {
+	tb.Helper()
+	if realClusterEnv(tb) != nil {
+		tb.Skipf("needs the emulator's %s, which a real cluster lacks", what)
+	}
 }
 
 // relayArgs are the arguments of `run` or `resync` for the rig's feed: a
 // lease TTL of 10 s (the default), so a quick Redis restart keeps it.
 func (r *redisFaultRig) relayArgs(command string, extra ...string) []string {
-	args := relayArgs(r.src, r.srv.URL(), r.f.name, rigIndex, append([]string{"--deletes", "--delete-scan-interval", "200ms", "--lease-ttl", "10s"}, extra...)...)
+	args := relayArgs(r.src, r.srv.URL(), r.f.name, r.index, append([]string{"--deletes", "--delete-scan-interval", "200ms", "--lease-ttl", "10s"}, extra...)...)
 	return append([]string{command}, args[1:]...)
 }
 
@@ -134,14 +172,14 @@ func (r *redisFaultRig) requireRunning(tb testing.TB, when string) {
 func (r *redisFaultRig) finish(tb testing.TB) (auditResult, int) {
 	tb.Helper()
 	r.stopWriters()
-	waitCaughtUp(tb, r.src, r.f.store, []string{rigIndex}, 60*time.Second)
-	waitMirror(tb, r.src, r.f, rigIndex, 30*time.Second)
+	waitCaughtUp(tb, r.src, r.f.store, []string{r.index}, 60*time.Second)
+	waitMirror(tb, r.src, r.f, r.index, 30*time.Second)
 	waitGroupDone(tb, r.rdb, r.f.keys.Events(), rigGroup, 60*time.Second)
-	docs := waitTargetMirror(tb, r.src, r.dst, rigIndex, 30*time.Second)
+	docs := waitTargetMirror(tb, r.src, r.dst, r.index, 30*time.Second)
 	if dead, _ := r.rdb.XLen(context.Background(), r.f.keys.Dead()).Result(); dead != 0 {
 		tb.Errorf("%d events dead-lettered: a Redis outage must not use up deliveries", dead)
 	}
-	a := audit(tb, r.src, []string{rigIndex}, entries(tb, r.rdb, r.f.keys.Events()))
+	a := auditBackend(tb, r.src, []string{r.index}, entries(tb, r.rdb, r.f.keys.Events()), r.writers)
 	if a.Deletes == 0 {
 		tb.Errorf("no delete event in %d entries: the scenario did not exercise deletes", a.Entries)
 	}
@@ -316,8 +354,8 @@ func TestReliability_RedisPaused(t *testing.T) {
 	logs := r.checkOutageLogs(t, pauses)
 	record(t, figure{Scenario: "Redis paused (SIGSTOP 5 s), relay --deletes + 2 consumers, bulk sink", Faults: pauses,
 		Entries: a.Entries, Docs: docs, Lost: a.Lost, Duplicated: a.Duplicated, Wrong: a.Wrong,
-		Note: fmt.Sprintf("%d writes, %d delete events; no process restarted; after SIGCONT the relay wrote again after %v, the group acked again after %v; %d events applied twice at the target (reclaimed after min-idle, 409), 0 effective; %s",
-			r.writes(), a.Deletes, roundAll(relayResume), roundAll(consumerResume), r.dst.VersionConflicts(), logs)})
+		Note: fmt.Sprintf("%d writes, %d delete events; no process restarted; after SIGCONT the relay wrote again after %v, the group acked again after %v; %s (reclaimed after min-idle); %s",
+			r.writes(), a.Deletes, roundAll(relayResume), roundAll(consumerResume), r.conflicts(), logs)})
 }
 
 // TestReliability_RedisRestartedAOF SIGKILLs the feed's Redis and starts it
@@ -336,6 +374,9 @@ func TestReliability_RedisRestartedAOF(t *testing.T) {
 	for _, fsync := range []string{"always", "everysec"} {
 		t.Run(fsync, func(t *testing.T) {
 			const kills = 3
+			if fsync == "everysec" {
+				needsEmulator(t, "op histories (what the simulated power failure's rollback cost is measured against)")
+			}
 			binary(t)
 			srv := redistest.Start(t, redistest.Options{Args: []string{"--appendonly", "yes", "--appendfsync", fsync,
 				"--auto-aof-rewrite-percentage", "0"}})
@@ -382,8 +423,8 @@ func TestReliability_RedisRestartedAOF(t *testing.T) {
 				r.writes(), a.Deletes, roundAll(relayResume), roundAll(consumerResume), logs, killRollbacks)
 			scenario := fmt.Sprintf("Redis SIGKILLed and restarted (appendfsync %s), relay --deletes + 2 consumers", fsync)
 			if pf == nil {
-				note = fmt.Sprintf("process kills lose nothing at appendfsync always (nor would a power failure: each write is fsynced before its reply); %s; %d events applied twice at the target (409), 0 effective",
-					note, r.dst.VersionConflicts())
+				note = fmt.Sprintf("process kills lose nothing at appendfsync always (nor would a power failure: each write is fsynced before its reply); %s; %s",
+					note, r.conflicts())
 			} else {
 				scenario += " + 1 simulated power failure"
 				a.Wrong -= pf.account(t, r, &note)
@@ -428,7 +469,8 @@ func (r *redisFaultRig) powerFailure(tb testing.TB, lost time.Duration) *powerFa
 	if err != nil || len(incr) != 1 {
 		tb.Fatalf("want one incr AOF file in %s, got %v (%v)", r.srv.AOFDir(), incr, err)
 	}
-	pf := &powerFailure{cut: fileSize(tb, incr[0]) &^ 4095, conflicts: r.dst.VersionConflicts()}
+	conflicts, _ := versionConflicts(r.dst)
+	pf := &powerFailure{cut: fileSize(tb, incr[0]) &^ 4095, conflicts: conflicts}
 	from, _ := r.progress()
 	time.Sleep(lost)
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
@@ -575,7 +617,7 @@ func (pf *powerFailure) account(tb testing.TB, r *redisFaultRig, note *string) (
 	}
 	// Deletes of documents the surviving stream never delivered, whose
 	// rolled-back upsert was deleted since in the cluster.
-	history := deleteOps(tb, r.src, rigIndex)
+	history := deleteOps(tb, r.src.(*emulator).Cluster, r.index)
 	delivered := map[docKey]bool{}
 	for _, e := range final {
 		k := docKey{e.IndexUUID, e.Shard, e.ID}
@@ -595,7 +637,8 @@ func (pf *powerFailure) account(tb testing.TB, r *redisFaultRig, note *string) (
 			}
 		}
 	}
-	repeats := r.dst.VersionConflicts() - pf.conflicts
+	conflicts, _ := versionConflicts(r.dst)
+	repeats := conflicts - pf.conflicts
 	tb.Logf("power failure: stream %d -> %d entries; commits %d -> %d; group %s last delivered %s -> %s, pending %d -> %d",
 		len(before), len(after), pf.before.commits, pf.after.commits, rigGroup,
 		pf.before.group.LastDeliveredID, pf.after.group.LastDeliveredID, pf.before.group.Pending, pf.after.group.Pending)
@@ -648,7 +691,7 @@ func TestReliability_RedisRestartedEmpty(t *testing.T) {
 	srv := redistest.Start(t)
 	r := startRedisFaultRig(t, srv, "volatile", 0)
 	ctx := context.Background()
-	waitReached(t, r.src, r.f.store, []string{rigIndex}, 30*time.Second)
+	waitReached(t, r.src, r.f.store, []string{r.index}, 30*time.Second)
 	time.Sleep(time.Second)
 	before, _ := r.rdb.XLen(ctx, r.f.keys.Events()).Result()
 	srv.Restart()
@@ -678,9 +721,9 @@ func TestReliability_RedisRestartedEmpty(t *testing.T) {
 	// (an op above it would be in the snapshot and read again after).
 	time.Sleep(time.Second)
 	r.stopWriters()
-	waitSettled(t, r.src, rigIndex)
+	waitSettled(t, r.src, r.index)
 	q := startBinary(t, r.relayArgs("resync")...)
-	waitCaughtUp(t, r.src, r.f.store, []string{rigIndex}, 30*time.Second)
+	waitCaughtUp(t, r.src, r.f.store, []string{r.index}, 30*time.Second)
 	if err := q.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -688,12 +731,16 @@ func TestReliability_RedisRestartedEmpty(t *testing.T) {
 		t.Fatalf("resync after SIGTERM: %v\n%s", err, q.out)
 	}
 	p := startBinary(t, r.relayArgs("run")...)
+	// Through a writer: on a real cluster the audit judges by its acks.
+	w := r.writers[0]
 	for i := 0; i < 20; i++ {
-		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/after-%d", r.src.URL(), rigIndex, i), `{"after":"resync"}`)
+		id := fmt.Sprintf("after-%d", i)
+		w.do(t, "PUT", fmt.Sprintf("%s/%s/_doc/%s", r.src.URL(), r.index, id), `{"after":"resync"}`, id)
 	}
-	mustDo(t, "DELETE", fmt.Sprintf("%s/%s/_doc/after-3", r.src.URL(), rigIndex), "")
-	waitCaughtUp(t, r.src, r.f.store, []string{rigIndex}, 30*time.Second)
-	evs := waitMirror(t, r.src, r.f, rigIndex, 30*time.Second)
+	w.do(t, "DELETE", fmt.Sprintf("%s/%s/_doc/after-3", r.src.URL(), r.index), "", "after-3")
+	w.deleted = append(w.deleted, "after-3")
+	waitCaughtUp(t, r.src, r.f.store, []string{r.index}, 30*time.Second)
+	evs := waitMirror(t, r.src, r.f, r.index, 30*time.Second)
 	if !binaryRunning(p) {
 		t.Fatalf("run after resync exited:\n%s", p.out)
 	}
@@ -710,7 +757,7 @@ func TestReliability_RedisRestartedEmpty(t *testing.T) {
 	if starts != 1 || ends != 1 {
 		t.Errorf("snapshot_start %d, snapshot_end %d; want 1 each", starts, ends)
 	}
-	a := audit(t, r.src, []string{rigIndex}, evs)
+	a := auditBackend(t, r.src, []string{r.index}, evs, r.writers)
 	if a.Lost+a.Duplicated+a.Wrong != 0 {
 		t.Logf("audit problems:\n%s", strings.Join(a.Problems, "\n"))
 	}
@@ -737,23 +784,24 @@ func logLines(p *proc, subs ...string) []string {
 
 // waitSettled waits until every shard's global checkpoint covers every op
 // started.
-func waitSettled(tb testing.TB, c *esemu.Cluster, index string) {
+func waitSettled(tb testing.TB, c backend, index string) {
 	tb.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for n := 0; ; n++ {
-		st, err := c.ShardState(index, n)
-		if err != nil {
+	for {
+		behind := ""
+		for n, ss := range inspect(c).shards(tb, index) {
+			if ss.gcp != ss.max {
+				behind = fmt.Sprintf("%s/%d: gcp %d behind max seq no %d", index, n, ss.gcp, ss.max)
+				break
+			}
+		}
+		if behind == "" {
 			return
 		}
-		for st.GlobalCheckpoint != st.NextSeqNo-1 {
-			if time.Now().After(deadline) {
-				tb.Fatalf("%s/%d: gcp %d behind next seq %d", index, n, st.GlobalCheckpoint, st.NextSeqNo)
-			}
-			time.Sleep(20 * time.Millisecond)
-			if st, err = c.ShardState(index, n); err != nil {
-				tb.Fatal(err)
-			}
+		if time.Now().After(deadline) {
+			tb.Fatal(behind)
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
