@@ -320,7 +320,8 @@ func TestRedisSecurity_BadTLSAndPassword(t *testing.T) {
 	url := fmt.Sprintf("rediss://escf@%s/0", srv.Addr)
 	rightPW := writeFile(t, "right.pw", []byte("Right-pw-unguessable"))
 	run := func(extra ...string) []string {
-		return append([]string{"run", "--es", c.URL(), "--redis", url, "--feed", "bad", "--index", present}, extra...)
+		args := append([]string{"run"}, inspect(c).cliArgs()...)
+		return append(append(args, "--redis", url, "--feed", "bad", "--index", present), extra...)
 	}
 	cert := []string{"--redis-client-cert", srv.TLS.ClientCert, "--redis-client-key", srv.TLS.ClientKey}
 	tests := []struct {
