@@ -113,14 +113,22 @@ func relayCounted(tb testing.TB, c testCluster) (backend, requestCounter) {
 	return nil, nil
 }
 
-// skipWithoutDataStreams skips on a real cluster without data streams:
-// Elasticsearch 7.17 from Maven Central's jars has no data stream module
-// at all (an index template's data_stream is refused, and a write creates
-// a plain index).
+// skipWithoutDataStreams skips on a real cluster without data streams
+// (noDataStreams).
 func skipWithoutDataStreams(tb testing.TB, c backend) {
 	tb.Helper()
+	if why := noDataStreams(tb, c); why != "" {
+		tb.Skip(why)
+	}
+}
+
+// noDataStreams says why c has no data streams, or "": Elasticsearch 7.17
+// from Maven Central's jars has no data stream module at all (an index
+// template's data_stream is refused, and a write creates a plain index).
+func noDataStreams(tb testing.TB, c backend) string {
+	tb.Helper()
 	if onEmulator(c) {
-		return
+		return ""
 	}
 	var root struct {
 		Version struct {
@@ -132,8 +140,20 @@ func skipWithoutDataStreams(tb testing.TB, c backend) {
 		tb.Fatal(err)
 	}
 	if root.Version.Distribution != "opensearch" && strings.HasPrefix(root.Version.Number, "7.") {
-		tb.Skipf("Elasticsearch %s from Maven Central's jars has no data streams (the module is not published there)", root.Version.Number)
+		return fmt.Sprintf("Elasticsearch %s from Maven Central's jars has no data streams (the module is not published there)", root.Version.Number)
 	}
+	return ""
+}
+
+// rolloverAlias creates the index c.Index(name+"-000001") behind the write
+// alias c.Index(name) and returns the alias: what rolls over where there
+// are no data streams.
+func rolloverAlias(tb testing.TB, c testCluster, name string, shards, replicas int) string {
+	tb.Helper()
+	alias := c.Index(name)
+	mustDo(tb, "PUT", c.URL()+"/"+alias+"-000001", fmt.Sprintf(`{"settings":{"number_of_shards":%d,"number_of_replicas":%d},"aliases":{%q:{"is_write_index":true}}}`,
+		shards, replicas, alias))
+	return alias
 }
 
 // dataStreamTemplate puts an index template (named c.Index(name)) that
