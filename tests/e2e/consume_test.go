@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -48,35 +49,61 @@ func waitGroupDone(tb testing.TB, rdb *redis.Client, stream, group string, timeo
 	tb.Fatalf("group %s did not finish within %s (%s)", group, timeout, last)
 }
 
-// mirrorDocs reads every document of an index in the target with its
-// version.
+// mirrorDoc is a document of the target with its version.
 type mirrorDoc struct {
 	source  string
 	version int64
 }
 
+// targetDocs reads every document of an index in the target with its
+// version: each shard in _seq_no order, in pages (one search stops at
+// 10,000 hits, and a mirror may hold more).
 func targetDocs(tb testing.TB, c backend, index string) map[string]mirrorDoc {
 	tb.Helper()
 	mustDo(tb, "POST", c.URL()+"/"+index+"/_refresh", "")
-	st, body := httpDo(tb, "POST", c.URL()+"/"+index+"/_search?size=10000", `{"query":{"match_all":{}},"version":true}`)
-	if st != 200 {
-		tb.Fatalf("search target: %d %s", st, body)
+	var settings map[string]struct {
+		Settings map[string]any `json:"settings"`
 	}
-	var r struct {
-		Hits struct {
-			Hits []struct {
-				ID      string          `json:"_id"`
-				Version int64           `json:"_version"`
-				Source  json.RawMessage `json:"_source"`
-			} `json:"hits"`
-		} `json:"hits"`
-	}
-	if err := json.Unmarshal(body, &r); err != nil {
+	if err := json.Unmarshal(mustDo(tb, "GET", c.URL()+"/"+index+"/_settings?flat_settings=true", ""), &settings); err != nil {
 		tb.Fatal(err)
 	}
+	shards, err := strconv.Atoi(fmt.Sprint(settings[index].Settings["index.number_of_shards"]))
+	if err != nil {
+		tb.Fatalf("target %s: number_of_shards: %v", index, err)
+	}
 	out := map[string]mirrorDoc{}
-	for _, h := range r.Hits.Hits {
-		out[h.ID] = mirrorDoc{source: compact(h.Source), version: h.Version}
+	for n := 0; n < shards; n++ {
+		after := ""
+		for {
+			// unmapped_type: a target index nothing was written to yet has
+			// no mapping, and real engines then refuse a sort on _seq_no.
+			body := `{"size":1000,"version":true,"seq_no_primary_term":true,"track_total_hits":false,` +
+				`"sort":[{"_seq_no":{"order":"asc","unmapped_type":"long"}}],"query":{"match_all":{}}` + after + `}`
+			st, b := httpDo(tb, "POST", fmt.Sprintf("%s/%s/_search?preference=_shards:%d", c.URL(), index, n), body)
+			if st != 200 {
+				tb.Fatalf("search target: %d %s", st, b)
+			}
+			var r struct {
+				Hits struct {
+					Hits []struct {
+						ID      string          `json:"_id"`
+						Version int64           `json:"_version"`
+						SeqNo   int64           `json:"_seq_no"`
+						Source  json.RawMessage `json:"_source"`
+					} `json:"hits"`
+				} `json:"hits"`
+			}
+			if err := json.Unmarshal(b, &r); err != nil {
+				tb.Fatal(err)
+			}
+			for _, h := range r.Hits.Hits {
+				out[h.ID] = mirrorDoc{source: compact(h.Source), version: h.Version}
+			}
+			if len(r.Hits.Hits) < 1000 {
+				break
+			}
+			after = fmt.Sprintf(`,"search_after":[%d]`, r.Hits.Hits[len(r.Hits.Hits)-1].SeqNo)
+		}
 	}
 	return out
 }

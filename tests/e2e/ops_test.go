@@ -258,7 +258,9 @@ func TestBackpressure_BoundedStreamThenExactMirror(t *testing.T) {
 		t.Fatal("backpressure is not recorded in the feed's meta (status shows it from there)")
 	}
 	// The consumer resumes: the relay reads on and the mirror converges.
-	c := startBinary(t, consumeArgs(srv.URL(), "bp", "mirror", "c1", dst.URL())...)
+	// 16 lanes: the backlog of an emulator's writers (some 20,000 documents)
+	// drains in seconds, not in the half minute 4 lanes take.
+	c := startBinary(t, append(consumeArgs(srv.URL(), "bp", "mirror", "c1", dst.URL()), "--workers", "16")...)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("consumer:\n%s", tail(c.out.String(), 30))
