@@ -295,6 +295,14 @@ func (s *Scanner) scan(ctx context.Context, sh Shard) (Result, error) {
 	if !ok {
 		return Result{}, aborted("the shard's primary is not started")
 	}
+	if sc0.GlobalCheckpoint < sh.Checkpoint {
+		// The feed read up to its checkpoint from a primary whose gcp was
+		// at least that; a view below it is older than what was delivered
+		// (a node that was cut off and has not yet learned it was
+		// removed answers from its own stale copy), and a listing from it
+		// would take documents deleted since for live ones.
+		return Result{}, aborted("the cluster's view of the shard (global checkpoint %d) is older than the feed's checkpoint %d", sc0.GlobalCheckpoint, sh.Checkpoint)
+	}
 	if err := s.cfg.ES.Refresh(ctx, sh.Index); err != nil {
 		return Result{}, aborted("%v", err)
 	}
@@ -374,8 +382,8 @@ func (s *Scanner) findGone(ctx context.Context, sh Shard, sc0 es.ShardCheckpoint
 		return nil, false, aborted("%v", err)
 	}
 	sc1, ok := mid[sh.Index].Shard(sh.Shard)
-	if !ok || sc1.PrimaryTerm != sc0.PrimaryTerm {
-		return nil, false, aborted("the shard's primary changed during the listing (term %d, then %d)", sc0.PrimaryTerm, sc1.PrimaryTerm)
+	if !ok || !sc1.SamePrimary(sc0) || sc1.GlobalCheckpoint < sh.Checkpoint {
+		return nil, false, aborted("the shard's primary changed during the listing (term %d on node %s, then %d on %s)", sc0.PrimaryTerm, sc0.Node, sc1.PrimaryTerm, sc1.Node)
 	}
 	// With no write during the listing, the counts taken around it and the
 	// listing must agree exactly.
@@ -414,7 +422,7 @@ func (s *Scanner) findGone(ctx context.Context, sh Shard, sc0 es.ShardCheckpoint
 	}
 	// Everything the re-check saw must be at or below the global
 	// checkpoint: only then can no failover undo the deletes it saw.
-	if err := s.waitDurable(ctx, sh, sc0.PrimaryTerm); err != nil {
+	if err := s.waitDurable(ctx, sh, sc0); err != nil {
 		return nil, false, aborted("%v", err)
 	}
 	sort.Strings(gone)
@@ -422,8 +430,8 @@ func (s *Scanner) findGone(ctx context.Context, sh Shard, sc0 es.ShardCheckpoint
 }
 
 // waitDurable waits until the primary's global checkpoint reaches the max
-// seq no it had right after the re-check, under the same primary term.
-func (s *Scanner) waitDurable(ctx context.Context, sh Shard, term int64) error {
+// seq no it had right after the re-check, under the same primary.
+func (s *Scanner) waitDurable(ctx context.Context, sh Shard, primary es.ShardCheckpoints) error {
 	st, err := s.cfg.ES.Stats(ctx, []string{sh.Index})
 	if err != nil {
 		return err
@@ -435,8 +443,8 @@ func (s *Scanner) waitDurable(ctx context.Context, sh Shard, term int64) error {
 	target := sc.MaxSeqNo
 	deadline := time.Now().Add(s.cfg.DurableWait)
 	for {
-		if sc.PrimaryTerm != term {
-			return fmt.Errorf("the shard's primary changed during the scan (term %d, then %d)", term, sc.PrimaryTerm)
+		if !sc.SamePrimary(primary) {
+			return fmt.Errorf("the shard's primary changed during the scan (term %d on node %s, then %d on %s)", primary.PrimaryTerm, primary.Node, sc.PrimaryTerm, sc.Node)
 		}
 		if sc.GlobalCheckpoint >= target {
 			return nil

@@ -435,7 +435,7 @@ func (r *Relay) settle(ctx context.Context, name string, shard int, primary es.S
 	deadline := time.Now().Add(settleTimeout)
 	wait := 5 * time.Millisecond
 	for {
-		if sc.PrimaryTerm != primary.PrimaryTerm || sc.Node != primary.Node || sc.HistoryUUID != primary.HistoryUUID {
+		if !sc.SamePrimary(primary) {
 			return fmt.Errorf("shard %d of %s: %w (primary term %d on node %s, then %d on %s): reading the page again",
 				shard, name, errPrimaryChanged, primary.PrimaryTerm, primary.Node, sc.PrimaryTerm, sc.Node)
 		}

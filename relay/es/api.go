@@ -103,7 +103,8 @@ func versionNumbers(v string) [3]int {
 }
 
 // Info reads the root endpoint. It is the cheapest proof that the cluster is
-// reachable and the credentials work.
+// reachable and the credentials work; it fails with a connection error only
+// when no node of the configured URLs answers.
 func (c *Client) Info(ctx context.Context) (Info, error) {
 	var r struct {
 		Name        string `json:"name"`
@@ -166,6 +167,16 @@ type ShardCheckpoints struct {
 	// into the index): the shard's history was replaced and its seq nos
 	// may be taken again. "" when the cluster does not report it.
 	HistoryUUID string
+}
+
+// SamePrimary reports whether two stats readings of a shard saw the same
+// primary: the same term, on the same node, with the same history. A
+// failover shows as a new node at once, while Elasticsearch may report the
+// new term only when the retention leases next change; a forced stale or
+// empty primary shows as a new history. The relay's settle check and the
+// delete scanner both judge by it.
+func (s ShardCheckpoints) SamePrimary(o ShardCheckpoints) bool {
+	return s.PrimaryTerm == o.PrimaryTerm && s.Node == o.Node && s.HistoryUUID == o.HistoryUUID
 }
 
 // IndexStats are the primaries' checkpoints of one index. Shards whose

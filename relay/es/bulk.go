@@ -232,13 +232,15 @@ func parseBulkActions(body []byte) ([]bulkAction, error) {
 func (c *Client) send(ctx context.Context, op, method, path, contentType string, body []byte, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, path, bytes.NewReader(body))
-	if err != nil {
-		return &Error{Op: op, Err: err}
-	}
-	req.Header.Set("Content-Type", contentType)
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.os.Perform(req)
+	resp, err := c.perform(func() (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, method, path, bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", contentType)
+		req.Header.Set("Accept", "application/json")
+		return req, nil
+	})
 	if err != nil {
 		return &Error{Op: op, Err: c.explainTransport(err)}
 	}

@@ -328,25 +328,31 @@ var (
 // do sends a request and decodes a 2xx JSON body into out. Other statuses
 // become *Error.
 func (c *Client) do(ctx context.Context, op, method, path string, body any, out any) error {
-	var rd io.Reader
+	var encoded []byte
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return &Error{Op: op, Err: err}
 		}
-		rd = bytes.NewReader(b)
+		encoded = b
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, path, rd)
-	if err != nil {
-		return &Error{Op: op, Err: err}
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.os.Perform(req)
+	resp, err := c.perform(func() (*http.Request, error) {
+		var rd io.Reader
+		if encoded != nil {
+			rd = bytes.NewReader(encoded)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, path, rd)
+		if err != nil {
+			return nil, err
+		}
+		if encoded != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		req.Header.Set("Accept", "application/json")
+		return req, nil
+	})
 	if err != nil {
 		return &Error{Op: op, Err: c.explainTransport(err)}
 	}
@@ -365,6 +371,31 @@ func (c *Client) do(ctx context.Context, op, method, path string, body any, out 
 		return &Error{Op: op, Status: resp.StatusCode, Err: fmt.Errorf("%w: %v", ErrMalformed, err), Reason: "undecodable body"}
 	}
 	return nil
+}
+
+// perform sends the request mk builds; when the request reached no node
+// (its connection was refused: that node is down, as in a rolling
+// restart), it is built and sent again, to the next of the configured
+// nodes, once per node. A refused connection carried nothing out, so this
+// is safe for writes too; any other error is returned as it is (the
+// relay retries whole rounds itself).
+func (c *Client) perform(mk func() (*http.Request, error)) (*http.Response, error) {
+	var err error
+	for try := 0; try < max(1, len(c.rawURLs)); try++ {
+		var req *http.Request
+		if req, err = mk(); err != nil {
+			return nil, err
+		}
+		var resp *http.Response
+		if resp, err = c.os.Perform(req); err == nil {
+			return resp, nil
+		}
+		var oe *net.OpError
+		if !errors.As(err, &oe) || oe.Op != "dial" || req.Context().Err() != nil {
+			break
+		}
+	}
+	return nil, err
 }
 
 func (c *Client) explainTransport(err error) error {

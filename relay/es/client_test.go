@@ -230,3 +230,37 @@ func TestClient_Resolve_MissingName(t *testing.T) {
 		})
 	}
 }
+
+// TestClient_Info_TriesEveryNode: with several URLs, a node that is down
+// fails no request (a relay starting during a rolling restart reads the
+// cluster's info, the targets and their settings): a refused connection is
+// sent to the next node; only when none answers is it an error.
+func TestClient_Info_TriesEveryNode(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"name":"n0","cluster_name":"c","cluster_uuid":"u","version":{"number":"8.19.21","build_flavor":"default"},"tagline":"You Know, for Search"}`))
+	}))
+	t.Cleanup(up.Close)
+	down := httptest.NewServer(http.NotFoundHandler())
+	downURL := down.URL
+	down.Close()
+	for _, urls := range [][]string{{downURL, up.URL}, {up.URL, downURL}} {
+		c, err := New(Config{URLs: urls})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 4; i++ { // the client takes the nodes in turn
+			info, err := c.Info(context.Background())
+			if err != nil || info.Version != "8.19.21" {
+				t.Fatalf("Info with %v (try %d) = %+v, %v; want the up node's answer", urls, i, info, err)
+			}
+		}
+	}
+	c, err := New(Config{URLs: []string{downURL, downURL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Info(context.Background()); err == nil || !strings.Contains(err.Error(), "cannot connect") {
+		t.Fatalf("Info with every node down = %v, want cannot connect", err)
+	}
+}

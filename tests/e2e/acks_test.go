@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"sort"
 	"sync"
 	"testing"
 
@@ -124,7 +125,14 @@ func (o ackOracle) wrongUpsert(e redisx.Event) string {
 		}
 	}
 	if o.acks.uncertain[e.Index+"/"+e.ID] == 0 {
-		return "no write of this version was acknowledged, and none of the document's writes went unanswered"
+		var mine []string
+		for k := range o.acks.acked {
+			if k.index == e.Index && k.id == e.ID {
+				mine = append(mine, fmt.Sprintf("%d/%d", k.seq, k.term))
+			}
+		}
+		sort.Strings(mine)
+		return fmt.Sprintf("no write of this version was acknowledged (the document's acknowledged seq/term: %v), and none of its writes went unanswered", mine)
 	}
 	*o.unconfirmed++
 	return ""
@@ -157,5 +165,6 @@ func auditAcks(tb testing.TB, c backend, indices []string, evs []redisx.Event, w
 		shardOf[e.Index+"/"+e.ID] = e.Shard
 	}
 	a = auditEvents(tb, c, indices, evs, ackOracle{acks: acks, deleted: deleted, shardOf: shardOf, unconfirmed: &unconfirmed})
+	a.Unconfirmed = unconfirmed
 	return a, unconfirmed
 }

@@ -9,9 +9,10 @@ package e2e
 // the tests that need only a plain cluster run against it instead
 // (esCluster), each under index names of its own that it deletes at the
 // end; tests that kill, stop or pause nodes start real clusters of their
-// own (engineCluster); the tests that need the emulator's controls (held
-// writes, injected faults, op histories, request counts) skip, saying so
-// (cluster).
+// own (engineCluster), tests that count the relay's requests put a counting
+// proxy in front (newCountingProxy); the tests that need the emulator's
+// controls (held writes, injected faults, op histories, TLS and users)
+// skip, saying so (cluster).
 
 import (
 	"crypto/rand"
@@ -324,7 +325,7 @@ func (rc *realCluster) docs(tb testing.TB, index string) map[docKey]doc {
 	for n := 0; n < rc.numShards(tb, index); n++ {
 		after := ""
 		for {
-			body := `{"size":1000,"seq_no_primary_term":true,"track_total_hits":false,"sort":[{"_seq_no":"asc"}],"query":{"match_all":{}}` + after + `}`
+			body := `{"size":1000,"seq_no_primary_term":true,"track_total_hits":false,"sort":[{"_seq_no":{"order":"asc","unmapped_type":"long"}}],"query":{"match_all":{}}` + after + `}`
 			var r struct {
 				Shards struct {
 					Failed int `json:"failed"`

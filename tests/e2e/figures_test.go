@@ -68,10 +68,13 @@ type auditResult struct {
 	Entries    int
 	Docs       int
 	Deletes    int
-	Lost       int      // documents whose last state the stream does not replay to
-	Duplicated int      // an op delivered twice, or two deletes in a row
-	Wrong      int      // events for ops the cluster's history does not hold
-	Problems   []string // the first few, for the failure message
+	Lost       int // documents whose last state the stream does not replay to
+	Duplicated int // an op delivered twice, or two deletes in a row
+	Wrong      int // events for ops the cluster's history does not hold
+	// Unconfirmed counts, on a real cluster, upserts of writes that got no
+	// answer: no acknowledgement confirms them, none contradicts them.
+	Unconfirmed int
+	Problems    []string // the first few, for the failure message
 }
 
 func (a *auditResult) problem(format string, args ...any) {

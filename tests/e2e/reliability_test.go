@@ -38,15 +38,19 @@ func startWriters(tb testing.TB, c backend, index string, n int, seed uint64, de
 	tb.Helper()
 	var acks *ackLog
 	var pace time.Duration
+	var urls []string
 	if !onEmulator(c) {
 		acks, pace = newAckLog(), realWriterPace
+	}
+	if e, ok := c.(*engineBackend); ok {
+		urls = e.URLs() // each request to a node at random: a killed one fails some writes
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	ws := make([]*writer, n)
 	for i := range ws {
 		ws[i] = &writer{url: c.URL(), index: index, id: i, rng: rand.New(rand.NewPCG(uint64(i), seed)),
-			routing: map[string]string{}, deletes: deletes, tolerant: tolerant, acks: acks, pace: pace}
+			routing: map[string]string{}, deletes: deletes, tolerant: tolerant, acks: acks, pace: pace, urls: urls}
 		wg.Add(1)
 		go func(w *writer) { defer wg.Done(); w.run(tb, done) }(ws[i])
 	}
