@@ -243,7 +243,11 @@ func auditEvents(tb testing.TB, c backend, indices []string, evs []redisx.Event,
 	for k, g := range got {
 		if _, ok := want[k]; !ok {
 			a.Lost++ // a delete the stream never carried
-			a.problem("lost delete of %v (stream still has seq %d)", k, g.seq)
+			more := ""
+			if d, ok := oracle.(interface{ describe(id string) string }); ok {
+				more = "; " + d.describe(k.id)
+			}
+			a.problem("lost delete of %v (stream still has seq %d%s)", k, g.seq, more)
 		}
 	}
 	sort.Strings(a.Problems)
