@@ -260,6 +260,9 @@ func (s *Scanner) report() {
 }
 
 func (s *Scanner) scan(ctx context.Context, sh Shard) (Result, error) {
+	// One node coordinates the whole scan (es.Client.Pin): its stats,
+	// refreshes, counts, listing and re-check are one view of the cluster.
+	ec := s.cfg.ES.Pin()
 	log := s.log.With("index", sh.Index, "shard", sh.Shard)
 	id := sh.id()
 	k := s.cfg.Keys
@@ -287,7 +290,7 @@ func (s *Scanner) scan(ctx context.Context, sh Shard) (Result, error) {
 		s.savedCount.Add(1)
 		return clearGap(sh.Gap)
 	}
-	before, err := s.cfg.ES.Stats(ctx, []string{sh.Index})
+	before, err := ec.Stats(ctx, []string{sh.Index})
 	if err != nil {
 		return Result{}, aborted("%v", err)
 	}
@@ -303,7 +306,7 @@ func (s *Scanner) scan(ctx context.Context, sh Shard) (Result, error) {
 		// would take documents deleted since for live ones.
 		return Result{}, aborted("the cluster's view of the shard (global checkpoint %d) is older than the feed's checkpoint %d", sc0.GlobalCheckpoint, sh.Checkpoint)
 	}
-	if err := s.cfg.ES.Refresh(ctx, sh.Index); err != nil {
+	if err := ec.Refresh(ctx, sh.Index); err != nil {
 		return Result{}, aborted("%v", err)
 	}
 	// Count proof: every live document with origin < seq no <= checkpoint
@@ -311,7 +314,7 @@ func (s *Scanner) scan(ctx context.Context, sh Shard) (Result, error) {
 	// document is one of them; so if as many exist as were delivered, none
 	// is gone. (A delivered document written again above the checkpoint
 	// makes the count smaller: no proof, a listing.)
-	count, err := s.cfg.ES.Count(ctx, sh.Index, sh.Shard, sc0.Node, sh.Origin, sh.Checkpoint)
+	count, err := ec.Count(ctx, sh.Index, sh.Shard, sc0.Node, sh.Origin, sh.Checkpoint)
 	if err != nil {
 		return Result{}, aborted("%v", err)
 	}
@@ -320,7 +323,7 @@ func (s *Scanner) scan(ctx context.Context, sh Shard) (Result, error) {
 		log.Debug("delete scan skipped: count proof", "delivered", delivered, "count", count)
 		return clearGap(sh.Gap)
 	}
-	gone, keepGap, err := s.findGone(ctx, sh, sc0, log)
+	gone, keepGap, err := s.findGone(ctx, ec, sh, sc0, log)
 	if err != nil {
 		return Result{}, err
 	}
@@ -330,7 +333,7 @@ func (s *Scanner) scan(ctx context.Context, sh Shard) (Result, error) {
 		s.confirmations.Add(1)
 		log.Warn("delete scan would delete a large share of the shard: confirming with a second scan",
 			"gone", len(gone), "delivered", delivered, "max_fraction", s.cfg.MaxDeleteFraction)
-		again, keep2, err := s.findGone(ctx, sh, sc0, log)
+		again, keep2, err := s.findGone(ctx, ec, sh, sc0, log)
 		if err != nil {
 			return Result{}, err
 		}
@@ -346,7 +349,7 @@ func (s *Scanner) scan(ctx context.Context, sh Shard) (Result, error) {
 // re-check saw (so no failover can bring a document back). keepGap reports
 // a candidate found re-created above the checkpoint: its delete must stay
 // countable for a later scan in case the re-creation is rolled back.
-func (s *Scanner) findGone(ctx context.Context, sh Shard, sc0 es.ShardCheckpoints, log *slog.Logger) (gone []string, keepGap bool, err error) {
+func (s *Scanner) findGone(ctx context.Context, ec *es.Client, sh Shard, sc0 es.ShardCheckpoints, log *slog.Logger) (gone []string, keepGap bool, err error) {
 	k := s.cfg.Keys
 	scratch := k.Scan(sh.UUID, sh.Shard)
 	rdb := s.cfg.Client
@@ -359,11 +362,11 @@ func (s *Scanner) findGone(ctx context.Context, sh Shard, sc0 es.ShardCheckpoint
 	}
 	s.listings.Add(1)
 	start := time.Now()
-	countBefore, err := s.cfg.ES.Count(ctx, sh.Index, sh.Shard, sc0.Node, -1, -1)
+	countBefore, err := ec.Count(ctx, sh.Index, sh.Shard, sc0.Node, -1, -1)
 	if err != nil {
 		return nil, false, aborted("%v", err)
 	}
-	listed, err := s.cfg.ES.ListShard(ctx, sh.Index, sh.Shard, sc0.Node, s.cfg.PageSize, s.cfg.Listing, func(refs []es.DocRef) error {
+	listed, err := ec.ListShard(ctx, sh.Index, sh.Shard, sc0.Node, s.cfg.PageSize, s.cfg.Listing, func(refs []es.DocRef) error {
 		ids := make([]any, len(refs))
 		for i, r := range refs {
 			ids[i] = r.ID
@@ -373,11 +376,11 @@ func (s *Scanner) findGone(ctx context.Context, sh Shard, sc0 es.ShardCheckpoint
 	if err != nil {
 		return nil, false, aborted("%v", err)
 	}
-	countAfter, err := s.cfg.ES.Count(ctx, sh.Index, sh.Shard, sc0.Node, -1, -1)
+	countAfter, err := ec.Count(ctx, sh.Index, sh.Shard, sc0.Node, -1, -1)
 	if err != nil {
 		return nil, false, aborted("%v", err)
 	}
-	mid, err := s.cfg.ES.Stats(ctx, []string{sh.Index})
+	mid, err := ec.Stats(ctx, []string{sh.Index})
 	if err != nil {
 		return nil, false, aborted("%v", err)
 	}
@@ -401,10 +404,10 @@ func (s *Scanner) findGone(ctx context.Context, sh Shard, sc0 es.ShardCheckpoint
 	if len(cands) == 0 {
 		return nil, false, nil
 	}
-	if err := s.cfg.ES.Refresh(ctx, sh.Index); err != nil {
+	if err := ec.Refresh(ctx, sh.Index); err != nil {
 		return nil, false, aborted("%v", err)
 	}
-	present, err := s.cfg.ES.Present(ctx, sh.Index, sh.Shard, sc0.Node, cands)
+	present, err := ec.Present(ctx, sh.Index, sh.Shard, sc0.Node, cands)
 	if err != nil {
 		return nil, false, aborted("%v", err)
 	}
@@ -422,7 +425,7 @@ func (s *Scanner) findGone(ctx context.Context, sh Shard, sc0 es.ShardCheckpoint
 	}
 	// Everything the re-check saw must be at or below the global
 	// checkpoint: only then can no failover undo the deletes it saw.
-	if err := s.waitDurable(ctx, sh, sc0); err != nil {
+	if err := s.waitDurable(ctx, ec, sh, sc0); err != nil {
 		return nil, false, aborted("%v", err)
 	}
 	sort.Strings(gone)
@@ -431,8 +434,8 @@ func (s *Scanner) findGone(ctx context.Context, sh Shard, sc0 es.ShardCheckpoint
 
 // waitDurable waits until the primary's global checkpoint reaches the max
 // seq no it had right after the re-check, under the same primary.
-func (s *Scanner) waitDurable(ctx context.Context, sh Shard, primary es.ShardCheckpoints) error {
-	st, err := s.cfg.ES.Stats(ctx, []string{sh.Index})
+func (s *Scanner) waitDurable(ctx context.Context, ec *es.Client, sh Shard, primary es.ShardCheckpoints) error {
+	st, err := ec.Stats(ctx, []string{sh.Index})
 	if err != nil {
 		return err
 	}
@@ -457,7 +460,7 @@ func (s *Scanner) waitDurable(ctx context.Context, sh Shard, primary es.ShardChe
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
-		if st, err = s.cfg.ES.Stats(ctx, []string{sh.Index}); err != nil {
+		if st, err = ec.Stats(ctx, []string{sh.Index}); err != nil {
 			return err
 		}
 		if sc, ok = st[sh.Index].Shard(sh.Shard); !ok {

@@ -34,6 +34,11 @@ type cursor struct {
 	histories map[int]string // shard -> history_uuid the feed read under
 
 	refreshed time.Time // when this loop last forced a refresh of the index
+
+	// ec is the round's client, pinned to one node (es.Client.Pin): the
+	// round's stats, refresh, searches and settle checks all see that
+	// node's view of the cluster.
+	ec *es.Client
 }
 
 // follow runs rounds on one index until ctx ends or the index is gone.
@@ -102,7 +107,8 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) (bool, erro
 			return false, err
 		}
 	}
-	stats, err := r.cfg.ES.Stats(ctx, []string{name})
+	cur.ec = r.cfg.ES.Pin()
+	stats, err := cur.ec.Stats(ctx, []string{name})
 	if es.IsNotFound(err) {
 		return r.indexMissing(ctx, name, cur, err)
 	}
@@ -167,7 +173,7 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) (bool, erro
 		}
 		// After the refresh every op <= gcp is searchable on every copy, so
 		// preference=_shards:N may be served by a replica.
-		if err := r.cfg.ES.Refresh(ctx, name); err != nil {
+		if err := cur.ec.Refresh(ctx, name); err != nil {
 			return false, err
 		}
 		cur.refreshed = time.Now()
@@ -232,7 +238,7 @@ func (r *Relay) load(ctx context.Context, cur *cursor) error {
 // while an index created later (a new uuid for the name) starts from its
 // beginning.
 func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *cursor) error {
-	settings, err := r.cfg.ES.Settings(ctx, name)
+	settings, err := cur.ec.Settings(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -311,8 +317,8 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 		// A first read from the beginning: log its progress if it is large.
 		// The count sees what a refresh made visible; without either, there
 		// is just no progress log.
-		if err := r.cfg.ES.Refresh(ctx, name); err == nil {
-			if total, err := r.cfg.ES.CountIndex(ctx, name); err == nil && total >= progressMin {
+		if err := cur.ec.Refresh(ctx, name); err == nil {
+			if total, err := cur.ec.CountIndex(ctx, name); err == nil && total >= progressMin {
 				cur.prog = newProgress("reading the existing documents of "+name, total, nil)
 			}
 		}
@@ -334,11 +340,11 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 	id := checkpoint.ShardID{IndexUUID: cur.uuid, Shard: shard}
 	after := cp
 	for {
-		hits, err := r.cfg.ES.SearchShard(ctx, es.ShardPage{Index: name, Shard: shard, After: after, UpTo: gcp, Size: r.cfg.BatchSize})
+		hits, err := cur.ec.SearchShard(ctx, es.ShardPage{Index: name, Shard: shard, After: after, UpTo: gcp, Size: r.cfg.BatchSize})
 		if err != nil {
 			return err
 		}
-		if err := r.settle(ctx, name, shard, primary); err != nil {
+		if err := r.settle(ctx, cur.ec, name, shard, primary); err != nil {
 			return err
 		}
 		next := gcp
@@ -415,9 +421,9 @@ var errPrimaryChanged = errors.New("the shard's primary changed while it was rea
 // page missed was superseded for good. A failover in between (a higher
 // term, or the primary on another node: Elasticsearch may report the new
 // term only later) returns errPrimaryChanged and the page is read again.
-func (r *Relay) settle(ctx context.Context, name string, shard int, primary es.ShardCheckpoints) error {
+func (r *Relay) settle(ctx context.Context, ec *es.Client, name string, shard int, primary es.ShardCheckpoints) error {
 	read := func() (es.ShardCheckpoints, error) {
-		st, err := r.cfg.ES.Stats(ctx, []string{name})
+		st, err := ec.Stats(ctx, []string{name})
 		if err != nil {
 			return es.ShardCheckpoints{}, err
 		}
@@ -466,7 +472,7 @@ func (r *Relay) indexMissing(ctx context.Context, name string, cur *cursor, notF
 	if !sleep(ctx, time.Second) {
 		return false, ctx.Err()
 	}
-	if _, err := r.cfg.ES.Stats(ctx, []string{name}); !es.IsNotFound(err) {
+	if _, err := cur.ec.Stats(ctx, []string{name}); !es.IsNotFound(err) {
 		return false, fmt.Errorf("index %s missing, then not: %v", name, err)
 	}
 	if err := r.forgetOthers(ctx, name, "", cur); err != nil {

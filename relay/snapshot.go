@@ -200,7 +200,7 @@ func (r *Relay) snapshotShard(ctx context.Context, name, target, uuid string, sc
 		settled := false
 		n, err := r.cfg.ES.SnapshotShard(ctx, name, sc.Shard, sc.Node, r.cfg.BatchSize, es.ListingAuto, func(hits []es.Hit) error {
 			if !settled {
-				if err := r.settle(ctx, name, sc.Shard, sc); err != nil {
+				if err := r.settle(ctx, r.cfg.ES, name, sc.Shard, sc); err != nil {
 					return err
 				}
 				settled = true
@@ -220,7 +220,7 @@ func (r *Relay) snapshotShard(ctx context.Context, name, target, uuid string, sc
 		})
 		if err == nil && !settled {
 			// An empty view may hide documents too (a delete above the gcp).
-			if err = r.settle(ctx, name, sc.Shard, sc); err == nil {
+			if err = r.settle(ctx, r.cfg.ES, name, sc.Shard, sc); err == nil {
 				settled = true
 			}
 		}

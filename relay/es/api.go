@@ -140,9 +140,9 @@ func (c *Client) Info(ctx context.Context) (Info, error) {
 	default:
 		info.Distribution = "elasticsearch"
 	}
-	c.mu.Lock()
-	c.info = info
-	c.mu.Unlock()
+	c.shared.mu.Lock()
+	c.shared.info = info
+	c.shared.mu.Unlock()
 	return info, nil
 }
 

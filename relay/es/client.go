@@ -20,6 +20,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -215,8 +216,35 @@ type Client struct {
 	rawURLs       []string // as configured, for the TLS probe
 	hasClientCert bool
 
+	// nodes are clients of one node each (with several URLs), for Pin.
+	nodes []*Client
+	next  *atomic.Uint32
+
+	shared *clientShared // with the clients of Pin
+}
+
+// clientShared is what a client and its pinned clients share.
+type clientShared struct {
 	mu   sync.Mutex
 	info Info // from the last Info call: decides PIT paths
+}
+
+// Pin returns a client that sends every request to one node, the nodes
+// taken in turn by successive calls (the client itself with one URL).
+// A shard read or a delete scan makes all its requests through one Pin: a
+// node that was cut off and is back, not yet knowing it was removed, may
+// coordinate requests from its own stale view for a moment; one
+// coordinator gives one view (its stats, refresh, searches agree with each
+// other), while mixing coordinators could list a stale copy against
+// another node's checkpoints (seen on a real OpenSearch 2.19 after SIGCONT:
+// a scan took deleted documents for live ones). A pinned client does not
+// try other nodes: the caller's round fails and the next Pin takes the
+// next node.
+func (c *Client) Pin() *Client {
+	if len(c.nodes) == 0 {
+		return c
+	}
+	return c.nodes[int(c.next.Add(1)-1)%len(c.nodes)]
 }
 
 // New returns a client. It does not contact the cluster (see Info).
@@ -257,25 +285,44 @@ func New(cfg Config) (*Client, error) {
 		header = http.Header{"Authorization": {"ApiKey " + key}}
 	}
 	discover := false
-	c, err := opensearch.NewClient(opensearch.Config{
-		Addresses:             cfg.URLs,
-		Username:              cfg.Username,
-		Password:              cfg.Password,
-		Header:                header,
-		Transport:             tr,
-		DisableRetry:          true, // the relay retries whole rounds itself
-		DiscoverNodesOnStart:  &discover,
-		HealthCheckMaxRetries: -1,
-		MaxRetryClusterHealth: -1,
-	})
+	client := func(addresses []string) (*Client, error) {
+		c, err := opensearch.NewClient(opensearch.Config{
+			Addresses:             addresses,
+			Username:              cfg.Username,
+			Password:              cfg.Password,
+			Header:                header,
+			Transport:             tr,
+			DisableRetry:          true, // the relay retries whole rounds itself
+			DiscoverNodesOnStart:  &discover,
+			HealthCheckMaxRetries: -1,
+			MaxRetryClusterHealth: -1,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("Elasticsearch client for %s: %w", strings.Join(addresses, ","), err)
+		}
+		urls := make([]string, len(addresses))
+		for i, u := range addresses {
+			urls[i] = redactURL(u)
+		}
+		return &Client{os: c, timeout: cfg.RequestTimeout, urls: urls, rawURLs: addresses, hasClientCert: len(cfg.ClientCertPEM) > 0}, nil
+	}
+	c, err := client(cfg.URLs)
 	if err != nil {
-		return nil, fmt.Errorf("Elasticsearch client for %s: %w", strings.Join(cfg.URLs, ","), err)
+		return nil, err
 	}
-	urls := make([]string, len(cfg.URLs))
-	for i, u := range cfg.URLs {
-		urls[i] = redactURL(u)
+	c.shared = &clientShared{}
+	if len(cfg.URLs) > 1 {
+		c.next = new(atomic.Uint32)
+		for _, u := range cfg.URLs {
+			n, err := client([]string{u})
+			if err != nil {
+				return nil, err
+			}
+			n.shared = c.shared
+			c.nodes = append(c.nodes, n)
+		}
 	}
-	return &Client{os: c, timeout: cfg.RequestTimeout, urls: urls, rawURLs: cfg.URLs, hasClientCert: len(cfg.ClientCertPEM) > 0}, nil
+	return c, nil
 }
 
 // URLs are the cluster addresses (passwords masked), for messages.

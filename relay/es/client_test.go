@@ -264,3 +264,62 @@ func TestClient_Info_TriesEveryNode(t *testing.T) {
 		t.Fatalf("Info with every node down = %v, want cannot connect", err)
 	}
 }
+
+// TestClient_Pin: a pinned client sends every request to one node, the
+// nodes taken in turn; what Info learnt (the engine, for the PIT paths)
+// holds for the pinned clients too.
+func TestClient_Pin(t *testing.T) {
+	hits := make([]int, 2)
+	var srvs []*httptest.Server
+	for i := range hits {
+		i := i
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits[i]++
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"name":"n","cluster_name":"c","cluster_uuid":"u","version":{"number":"2.19.6","distribution":"opensearch"},"tagline":"The OpenSearch Project: https://opensearch.org/"}`))
+		}))
+		t.Cleanup(srv.Close)
+		srvs = append(srvs, srv)
+	}
+	c, err := New(Config{URLs: []string{srvs[0].URL, srvs[1].URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Info(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 4; round++ {
+		p := c.Pin()
+		before := append([]int(nil), hits...)
+		for i := 0; i < 3; i++ {
+			if _, err := p.Info(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		moved := 0
+		for i := range hits {
+			if hits[i] != before[i] {
+				moved++
+				if hits[i]-before[i] != 3 {
+					t.Fatalf("round %d: node %d got %d of the pinned client's 3 requests", round, i, hits[i]-before[i])
+				}
+			}
+		}
+		if moved != 1 {
+			t.Fatalf("round %d: the pinned client's requests went to %d nodes, want 1", round, moved)
+		}
+		if !p.openSearchPaths() {
+			t.Fatal("a pinned client does not know the engine its parent's Info learnt")
+		}
+	}
+	if hits[0] == 0 || hits[1] == 0 {
+		t.Fatalf("successive pins did not take the nodes in turn: %v", hits)
+	}
+	single, err := New(Config{URLs: []string{srvs[0].URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if single.Pin() != single {
+		t.Fatal("with one URL, Pin should return the client itself")
+	}
+}

@@ -151,9 +151,9 @@ func (c *Client) list(ctx context.Context, index string, shard int, node string,
 
 // listingMethod picks PIT when the cluster (as seen by Info) has it.
 func (c *Client) listingMethod() string {
-	c.mu.Lock()
-	info := c.info
-	c.mu.Unlock()
+	c.shared.mu.Lock()
+	info := c.shared.info
+	c.shared.mu.Unlock()
 	major, minor := versionParts(info.Version)
 	switch {
 	case info.CompatibilityMode || info.BuildFlavor == "oss":
@@ -179,9 +179,9 @@ func versionParts(v string) (int, int) {
 }
 
 func (c *Client) openSearchPaths() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.info.Distribution == "opensearch"
+	c.shared.mu.Lock()
+	defer c.shared.mu.Unlock()
+	return c.shared.info.Distribution == "opensearch"
 }
 
 const listKeepAlive = "2m"
