@@ -1,0 +1,539 @@
+#!/usr/bin/env python3
+"""A worker pool for an es-changefeed stream, in Python with redis-py.
+
+It keeps a mirror of the feed's documents in Redis and shows everything a
+consumer in any language has to do (docs/CONSUMING.md is the contract):
+
+  * read the stream in a consumer group (XREADGROUP), N consumers at once;
+  * apply each event idempotently: one Lua script compares the event's
+    order (2*seq_no, +1 for a delete) with the one the mirror holds for its
+    document (index_uuid, shard, id) and writes only if it is not older, so
+    a redelivered or reordered event is harmless;
+  * XACK an entry only after it was applied;
+  * reclaim the pending entries of consumers that died (XAUTOCLAIM);
+  * index_deleted drops the index; snapshot_end drops what the snapshot
+    after a resync no longer holds;
+  * a malformed entry, or one that keeps failing, goes to the feed's
+    dead-letter stream (escf:{feed}:dead), acknowledged in the same MULTI;
+  * history lost (entries removed before the group handled them) stops the
+    worker with exit code 1 and says what to do.
+
+    python worker.py --redis redis://localhost:6379/0 --feed orders --group mirror --consumers 3
+
+The mirror, under --mirror (default "mirror:{<feed>:<group>}"; the braces
+keep its keys in one Redis Cluster slot, as a Lua script needs):
+
+    <mirror>:docs:<index_uuid>   hash  "<shard>/<id>" -> document source (JSON)
+    <mirror>:fence:<index_uuid>  hash  "<shard>/<id>" -> "<order> <stream id>[ dropped]"
+    <mirror>:indices             hash  index_uuid -> index name
+    <mirror>:gone                set   uuids of deleted indices (never written again)
+    <mirror>:snapshots           set   stream ids of snapshot_start markers not yet closed
+
+This example reads an unpartitioned feed (es-changefeed run without
+--partitions); for a partitioned one, run a pool per partition stream
+escf:{<feed>:<p>}:events, each with a mirror of its own stamps.
+"""
+
+import argparse
+import json
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import socket
+import sys
+import time
+from datetime import datetime, timezone
+
+import redis
+
+# ---------------------------------------------------------------------------
+# The mirror's Lua scripts. Orders and stream ids are compared as decimal
+# strings: an order can pass 2^53, where Lua's numbers stop being exact.
+
+LUA_COMPARE = """
+local function cmp_num(a, b)            -- decimal strings without leading zeros
+  if #a ~= #b then return #a < #b and -1 or 1 end
+  if a == b then return 0 end
+  local n = #a
+  if n <= 15 then return tonumber(a) < tonumber(b) and -1 or 1 end
+  local ha, hb = tonumber(string.sub(a, 1, n - 15)), tonumber(string.sub(b, 1, n - 15))
+  if ha ~= hb then return ha < hb and -1 or 1 end
+  return tonumber(string.sub(a, n - 14)) < tonumber(string.sub(b, n - 14)) and -1 or 1
+end
+local function cmp_id(a, b)             -- stream ids "<ms>-<seq>"
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  local c = cmp_num(am, bm)
+  if c ~= 0 then return c end
+  return cmp_num(as, bs)
+end
+local function fence(v)                 -- "<order> <stream id>[ dropped]"
+  local o, id, dropped = string.match(v, '^(%d+) (%d+%-%d+)(.*)$')
+  return o, id, dropped ~= ''
+end
+"""
+
+# KEYS: docs, fence, indices, gone. ARGV: uuid, "<shard>/<id>", order,
+# stream id, op, source, index name. Returns 1 if written, 0 if refused.
+APPLY = LUA_COMPARE + """
+if redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 1 then return 0 end  -- the index was deleted
+local cur = redis.call('HGET', KEYS[2], ARGV[2])
+if cur then
+  local order, stamp, dropped = fence(cur)
+  local c = cmp_num(ARGV[3], order)
+  if c < 0 then return 0 end                                        -- older than what we hold
+  -- The same order again is a redelivery (refused) unless it comes later
+  -- in the stream: a resync's snapshot sends unchanged documents again.
+  -- A document a snapshot dropped takes only what came after that snapshot.
+  if (c == 0 or dropped) and cmp_id(ARGV[4], stamp) <= 0 then return 0 end
+end
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. ' ' .. ARGV[4])
+if ARGV[5] == 'upsert' then
+  redis.call('HSET', KEYS[1], ARGV[2], ARGV[6])
+else
+  redis.call('HDEL', KEYS[1], ARGV[2])
+end
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[7])
+return 1
+"""
+
+# KEYS: docs, fence. ARGV: "<shard>/<id>", the snapshot_start's stream id.
+# Drops the document if nothing at or after that snapshot wrote it, and
+# marks it, so that no event from before the snapshot brings it back.
+DROP_STALE = LUA_COMPARE + """
+local cur = redis.call('HGET', KEYS[2], ARGV[1])
+if not cur then return 0 end
+local order, stamp, dropped = fence(cur)
+if dropped or cmp_id(stamp, ARGV[2]) >= 0 then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], order .. ' ' .. ARGV[2] .. ' dropped')
+return redis.call('HDEL', KEYS[1], ARGV[1])  -- 0 for a document deleted already
+"""
+
+# KEYS: docs, fence, indices, gone. ARGV: uuid. An index_deleted event.
+DROP_INDEX = """
+redis.call('SADD', KEYS[4], ARGV[1])
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('HDEL', KEYS[3], ARGV[1])
+return 1
+"""
+
+
+class BadEntry(Exception):
+    """A stream entry that does not follow the contract."""
+
+
+class HistoryLost(Exception):
+    """Entries the group had not handled are gone from the stream."""
+
+
+class NotYet(Exception):
+    """An event that cannot be applied yet (it stays pending; retried)."""
+
+
+def parse_event(fields):
+    """Checks an entry's fields (all strings) as README "Event fields" says."""
+    op = fields.get("op")
+    if op not in ("upsert", "delete", "index_deleted", "snapshot_start", "snapshot_end"):
+        raise BadEntry("unknown op %r" % op)
+    ev = dict(fields)
+    if op in ("upsert", "delete"):
+        for name in ("index", "index_uuid", "shard", "id", "seq_no"):
+            if name not in fields:
+                raise BadEntry("field %r missing" % name)
+        for name in ("shard", "seq_no", "primary_term", "version"):
+            if name in fields:
+                try:
+                    ev[name] = int(fields[name])
+                except ValueError:
+                    raise BadEntry("field %r = %r is not an integer" % (name, fields[name])) from None
+        if ev["seq_no"] < 0:
+            raise BadEntry("seq_no %d is negative" % ev["seq_no"])
+    if op == "upsert":
+        try:
+            json.loads(fields["source"])
+        except (KeyError, ValueError):
+            raise BadEntry('field "source" missing or not JSON') from None
+    if op == "index_deleted" and not fields.get("index_uuid"):
+        raise BadEntry('field "index_uuid" missing')
+    if op == "snapshot_end":
+        try:
+            json.loads(fields["counts"])
+        except (KeyError, ValueError):
+            raise BadEntry('field "counts" missing or not JSON') from None
+    return ev
+
+
+def order(ev):
+    """The event's place in its document's history: deletes after upserts."""
+    return 2 * ev["seq_no"] + (1 if ev["op"] == "delete" else 0)
+
+
+def id_key(stream_id):
+    """A stream id as a tuple that sorts like the id."""
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class Mirror:
+    """The documents of the feed, kept in Redis by the scripts above."""
+
+    def __init__(self, r, prefix):
+        self.r, self.prefix = r, prefix
+        self.apply_script = r.register_script(APPLY)
+        self.drop_stale = r.register_script(DROP_STALE)
+        self.drop_index = r.register_script(DROP_INDEX)
+
+    def keys(self, uuid):
+        p = self.prefix
+        return [p + ":docs:" + uuid, p + ":fence:" + uuid, p + ":indices", p + ":gone"]
+
+    def apply(self, pipe, stream_id, ev):
+        """Queues one upsert or delete on a pipeline."""
+        field = "%d/%s" % (ev["shard"], ev["id"])
+        self.apply_script(keys=self.keys(ev["index_uuid"]), client=pipe,
+                          args=[ev["index_uuid"], field, str(order(ev)), stream_id, ev["op"],
+                                ev.get("source", ""), ev["index"]])
+
+    def index_deleted(self, ev):
+        self.drop_index(keys=self.keys(ev["index_uuid"]), args=[ev["index_uuid"]])
+
+    def snapshot_start(self, stream_id):
+        self.r.sadd(self.prefix + ":snapshots", stream_id)
+
+    def snapshot_end(self, stream_id):
+        """Drops every document no event since the snapshot's start wrote:
+        it was deleted while the feed's state was lost. Call it only once
+        every entry before stream_id is acknowledged (Consumer.barrier)."""
+        starts = [s for s in self.r.smembers(self.prefix + ":snapshots") if id_key(s) < id_key(stream_id)]
+        if not starts:
+            raise NotYet("snapshot_end %s: its snapshot_start is not applied yet" % stream_id)
+        start = max(starts, key=id_key)
+        dropped = 0
+        for uuid in self.r.hkeys(self.prefix + ":indices"):
+            keys = self.keys(uuid)[:2]
+            for field, value in self.r.hscan_iter(keys[1], count=500):
+                if id_key(value.split(" ")[1]) < id_key(start) and not value.endswith(" dropped"):
+                    dropped += self.drop_stale(keys=keys, args=[field, start])
+        self.r.srem(self.prefix + ":snapshots", *[s for s in starts if id_key(s) <= id_key(start)])
+        return dropped
+
+
+# ---------------------------------------------------------------------------
+# History lost: see docs/CONSUMING.md "History lost" for the arithmetic.
+
+def history_snapshot(r, stream, group):
+    """XINFO STREAM and XINFO GROUPS in one MULTI: one consistent view."""
+    with r.pipeline(transaction=True) as p:
+        p.xinfo_stream(stream)
+        p.xinfo_groups(stream)
+        info, groups = p.execute()
+    return info, next((g for g in groups if g["name"] == group), None)
+
+
+def missed_entries(r, stream, group):
+    """How many entries the group never read that are gone from the stream
+    (0 when none), or None when Redis cannot tell."""
+    try:
+        info, g = history_snapshot(r, stream, group)
+    except redis.ResponseError:
+        return 0  # no stream yet
+    if g is None:
+        return 0
+    last, read = g["last-delivered-id"], g["entries-read"]
+    if read is None:
+        # Unknown: XDEL inside the group's range, or a group created at an
+        # id without ENTRIESREAD. An entry deleted after last-delivered-id
+        # was lost all the same.
+        if last == "0-0":
+            read = 0
+        elif id_key(info["max-deleted-entry-id"]) > id_key(last):
+            return 1
+        else:
+            return None
+    first = info["first-entry"][0] if info["first-entry"] else None
+    if first is None or id_key(first) > id_key(last):
+        after = info["length"]  # everything still in the stream is unread
+    else:  # count the unread entries still there, up to the snapshot's end
+        after, start = 0, "(" + last
+        while True:
+            page = r.xrange(stream, start, info["last-generated-id"], count=1000)
+            after += len(page)
+            if len(page) < 1000:
+                break
+            start = "(" + page[-1][0]
+    return info["entries-added"] - read - after
+
+
+def history_lost_message(stream, group, what):
+    return ("history lost: group %s of %s: %s. The mirror can no longer be trusted: "
+            "re-initialize it (es-changefeed consume --group %s --bootstrap …, "
+            "docs/CONSUMING.md \"History lost\")" % (group, stream, what, group))
+
+
+# ---------------------------------------------------------------------------
+
+
+class Consumer:
+    """One consumer of the group: a loop of read, apply, XACK, reclaim."""
+
+    def __init__(self, args, name):
+        self.args, self.name = args, name
+        self.r = redis.Redis.from_url(args.redis, decode_responses=True)
+        self.stream = "escf:{%s}:events" % args.feed
+        self.dead = "escf:{%s}:dead" % args.feed
+        self.mirror = Mirror(self.r, args.mirror or "mirror:{%s:%s}" % (args.feed, args.group))
+        self.stopping = False
+        self.stats = dict(applied=0, refused=0, acked=0, reclaimed=0, dead=0, failed=0)
+
+    def log(self, msg):
+        print("%s: %s" % (self.name, msg), file=sys.stderr, flush=True)
+
+    def ensure_group(self):
+        """Creates the group if missing. A new group at "0" would read the
+        feed from its start: refused if the stream no longer holds it."""
+        try:
+            info = self.r.xinfo_stream(self.stream)
+            if any(g["name"] == self.args.group for g in self.r.xinfo_groups(self.stream)):
+                return
+        except redis.ResponseError:
+            info = None  # no stream yet: MKSTREAM below
+        if self.args.start == "$":
+            # The stream's end and its entry count from one XINFO, so that
+            # the group's entries-read is known (the history check needs it).
+            pos, read = (info["last-generated-id"], info["entries-added"]) if info else ("0", 0)
+        else:
+            removed = info["entries-added"] - info["length"] if info else 0
+            if removed > 0:
+                raise HistoryLost(
+                    "new group %s: %s no longer holds the feed from its start (%d entries were removed): "
+                    "bootstrap the mirror (es-changefeed consume --group %s --bootstrap …), or copy the "
+                    "indices yourself and start at the end with --start '$'" % (
+                        self.args.group, self.stream, removed, self.args.group))
+            pos, read = "0", 0
+        try:
+            self.r.xgroup_create(self.stream, self.args.group, pos, mkstream=True, entries_read=read)
+            self.log("created group %s at %s" % (self.args.group, pos))
+        except redis.ResponseError as e:
+            if not str(e).startswith("BUSYGROUP"):  # another consumer was first
+                raise
+
+    def check_history(self):
+        n = missed_entries(self.r, self.stream, self.args.group)
+        if n is None:
+            self.log("cannot tell whether history was lost (the group's entries-read is unknown)")
+        elif n > 0:
+            raise HistoryLost(history_lost_message(self.stream, self.args.group,
+                                                   "%d entries it had not read were removed from the stream" % n))
+
+    def run(self):
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+        self.ensure_group()
+        self.check_history()
+        min_idle = self.args.min_idle_ms
+        block = max(1, min(self.args.block_ms, min_idle // 2))  # reclaim on time
+        self.read_own_pending()
+        next_reclaim, next_check = 0.0, time.monotonic() + self.args.check_interval
+        while not self.stopping:
+            try:
+                now = time.monotonic()
+                if now >= next_reclaim:
+                    self.reclaim()
+                    next_reclaim = now + min_idle / 2000
+                if now >= next_check:
+                    self.check_history()
+                    next_check = now + self.args.check_interval
+                reply = self.r.xreadgroup(self.args.group, self.name, {self.stream: ">"},
+                                          count=self.args.count, block=block)
+                for _, entries in reply or []:
+                    self.handle(entries, {})
+            except (redis.ConnectionError, redis.TimeoutError) as e:
+                # What was read and not acknowledged stays pending: it is
+                # read again (or reclaimed), and the fence makes that harmless.
+                self.log("Redis failed (%s); retrying in 1s" % e)
+                time.sleep(1)
+        self.log("stopped: " + ", ".join("%s %d" % kv for kv in self.stats.items()))
+
+    def stop(self, *_):
+        self.stopping = True  # the loop finishes its batch, then returns
+
+    def read_own_pending(self):
+        """After a restart under the same name: our own pending entries first."""
+        start = "0"
+        while True:
+            reply = self.r.xreadgroup(self.args.group, self.name, {self.stream: start}, count=self.args.count)
+            entries = reply[0][1] if reply else []
+            if not entries:
+                return
+            gone = [i for i, fields in entries if not fields]
+            if gone:
+                raise HistoryLost(history_lost_message(self.stream, self.args.group,
+                                                       "%d of this consumer's pending entries are gone (%s …)" % (len(gone), gone[0])))
+            self.handle(entries, self.delivery_counts(entries))
+            start = entries[-1][0]
+
+    def reclaim(self):
+        """XAUTOCLAIM: take over entries pending longer than --min-idle-ms
+        (their consumer died, or failed them), walking the whole PEL."""
+        cursor = "0-0"
+        while True:
+            cursor, entries, deleted = self.r.xautoclaim(self.stream, self.args.group, self.name,
+                                                         self.args.min_idle_ms, cursor, count=self.args.count)
+            if deleted:
+                # Delivered, never acknowledged, and now gone: their events
+                # were never applied. (Redis removed them from the PEL.)
+                raise HistoryLost(history_lost_message(self.stream, self.args.group,
+                                                       "%d pending entries are gone from the stream (%s …)" % (len(deleted), deleted[0])))
+            if entries:
+                self.stats["reclaimed"] += len(entries)
+                self.handle(entries, self.delivery_counts(entries))
+            if cursor == "0-0":
+                return
+
+    def delivery_counts(self, entries):
+        pend = self.r.xpending_range(self.stream, self.args.group, entries[0][0], entries[-1][0], len(entries))
+        return {p["message_id"]: p["times_delivered"] for p in pend}
+
+    def handle(self, entries, deliveries):
+        """Applies a batch in stream order: runs of document events in one
+        pipeline, the other events alone; acknowledges what was applied."""
+        run = []
+        for stream_id, fields in entries:
+            n = deliveries.get(stream_id, 1)
+            try:
+                ev = parse_event(fields)
+            except BadEntry as e:
+                self.flush(run)
+                run = []
+                self.dead_letter(stream_id, fields, e, n)
+                continue
+            if ev["op"] in ("upsert", "delete"):
+                run.append((stream_id, ev, fields, n))
+                continue
+            self.flush(run)
+            run = []
+            try:
+                self.marker(stream_id, ev)
+                self.r.xack(self.stream, self.args.group, stream_id)
+                self.stats["acked"] += 1
+            except (NotYet, redis.RedisError) as e:
+                self.failed(stream_id, fields, e, n)
+        self.flush(run)
+
+    def flush(self, run):
+        if not run:
+            return
+        pipe = self.r.pipeline(transaction=False)
+        for stream_id, ev, _, _ in run:
+            self.mirror.apply(pipe, stream_id, ev)
+        results = pipe.execute(raise_on_error=False)
+        done = []
+        for (stream_id, _, fields, n), res in zip(run, results):
+            if isinstance(res, Exception):
+                self.failed(stream_id, fields, res, n)  # stays pending
+                continue
+            self.stats["applied" if res == 1 else "refused"] += 1
+            done.append(stream_id)
+        if done:
+            self.r.xack(self.stream, self.args.group, *done)
+            self.stats["acked"] += len(done)
+
+    def marker(self, stream_id, ev):
+        if ev["op"] == "index_deleted":
+            self.mirror.index_deleted(ev)
+            self.log("index %s (%s) deleted: dropped its documents" % (ev.get("index"), ev["index_uuid"]))
+        elif ev["op"] == "snapshot_start":
+            self.mirror.snapshot_start(stream_id)
+        elif ev["op"] == "snapshot_end":
+            self.barrier(stream_id)
+            n = self.mirror.snapshot_end(stream_id)
+            self.log("snapshot ended at %s: dropped %d documents it no longer holds" % (stream_id, n))
+
+    def barrier(self, stream_id):
+        """Waits until every entry before stream_id is acknowledged by the
+        group (other consumers may still hold some), at most min-idle/2."""
+        deadline = time.monotonic() + self.args.min_idle_ms / 2000
+        while self.r.xpending_range(self.stream, self.args.group, "-", "(" + stream_id, 1):
+            if time.monotonic() > deadline:
+                raise NotYet("entries before %s are still pending" % stream_id)
+            time.sleep(0.05)
+
+    def failed(self, stream_id, fields, err, deliveries):
+        """A failed entry stays pending and is reclaimed after --min-idle-ms;
+        after --max-deliveries it goes to the dead letters."""
+        self.stats["failed"] += 1
+        if deliveries >= self.args.max_deliveries:
+            self.dead_letter(stream_id, fields, err, deliveries)
+        else:
+            self.log("entry %s failed (delivery %d): %s" % (stream_id, deliveries, err))
+
+    def dead_letter(self, stream_id, fields, err, deliveries):
+        """Like the Go pool: the entry's fields plus why, in one MULTI with its XACK."""
+        entry = dict(fields)
+        entry.update({"error": str(err), "deliveries": str(deliveries), "group": self.args.group,
+                      "consumer": self.name, "stream_id": stream_id,
+                      "failed_at": datetime.now(timezone.utc).isoformat()})
+        with self.r.pipeline(transaction=True) as p:
+            p.xadd(self.dead, entry)
+            p.xack(self.stream, self.args.group, stream_id)
+            p.execute()
+        self.stats["dead"] += 1
+        self.log("entry %s dead-lettered to %s: %s" % (stream_id, self.dead, err))
+
+
+def run_consumer(args, name):
+    """A process's life: 0 after SIGTERM, 1 when history was lost."""
+    try:
+        Consumer(args, name).run()
+        return 0
+    except HistoryLost as e:
+        print("%s: %s" % (name, e), file=sys.stderr, flush=True)
+        return 1
+
+
+def child(args, name):
+    sys.exit(run_consumer(args, name))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--redis", default="redis://localhost:6379/0")
+    ap.add_argument("--feed", default="default")
+    ap.add_argument("--group", required=True)
+    ap.add_argument("--consumer", default="%s-%d" % (socket.gethostname(), os.getpid()),
+                    help="this consumer's name; with --consumers N, <name>-1 … <name>-N")
+    ap.add_argument("--consumers", type=int, default=1, help="consumer processes to run")
+    ap.add_argument("--start", choices=["0", "$"], default="0", help="where a new group starts")
+    ap.add_argument("--mirror", help='key prefix of the mirror (default "mirror:{<feed>:<group>}")')
+    ap.add_argument("--count", type=int, default=100, help="entries per read")
+    ap.add_argument("--block-ms", type=int, default=2000)
+    ap.add_argument("--min-idle-ms", type=int, default=60000,
+                    help="reclaim entries pending this long (their consumer died)")
+    ap.add_argument("--max-deliveries", type=int, default=10)
+    ap.add_argument("--check-interval", type=float, default=30, help="seconds between history checks")
+    args = ap.parse_args()
+    if args.consumers <= 1:
+        sys.exit(run_consumer(args, args.consumer))
+    # A pool of processes; SIGTERM is passed on, each drains its batch.
+    procs = [multiprocessing.Process(target=child, args=(args, "%s-%d" % (args.consumer, i + 1)))
+             for i in range(args.consumers)]
+    for p in procs:
+        p.start()
+    signal.signal(signal.SIGTERM, lambda *_: [p.terminate() for p in procs])
+    signal.signal(signal.SIGINT, lambda *_: [p.terminate() for p in procs])
+    status, alive = 0, list(procs)
+    while alive:
+        ready = multiprocessing.connection.wait([p.sentinel for p in alive])
+        for p in [p for p in alive if p.sentinel in ready]:
+            alive.remove(p)
+            p.join()
+            if p.exitcode not in (0, -signal.SIGTERM):
+                status = 1
+                for q in alive:  # one stopped (history lost): stop the others
+                    q.terminate()
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()
