@@ -20,6 +20,7 @@ import (
 //	escf:{feed}:generations                 hash  <uuid> -> generation of its index name (1, 2, ... per re-creation)
 //	escf:{feed}:fence:<name>                hash  <uuid>/<shard>/<id> -> order of the last event applied (idempotency)
 //	escf:{feed}:lease                       string owner token (PX TTL)
+//	escf:{feed}:lost                        hash  group -> why it lost history (set by consumers, cleared by --bootstrap)
 //	escf:{feed}:dead                        stream of dead-lettered events
 type Keys struct {
 	feed string
@@ -120,6 +121,11 @@ func (k Keys) Meta() string { return "escf:" + k.tag + ":meta" }
 // restarting at 0) order after the old index's deletes. Field "<uuid>" ->
 // generation; field "name:<index name>" -> the name's last generation.
 func (k Keys) Generations() string { return "escf:" + k.tag + ":generations" }
+
+// Lost is the hash of the consumer groups that lost history: group -> the
+// error that said so. A pool refuses to run a group listed here; consume
+// --bootstrap removes the group's field once it re-initialized it.
+func (k Keys) Lost() string { return "escf:" + k.tag + ":lost" }
 
 // Fence is the hash of a named fence (package idempotency): per document,
 // the order of the last event applied.

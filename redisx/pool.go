@@ -27,6 +27,11 @@ const (
 	DefaultShutdownTimeout = 30 * time.Second
 )
 
+// DefaultDeadConsumerIdle is how long a consumer with nothing pending must
+// have been idle before a pool removes it from the group (5 × MinIdle when
+// that is longer).
+const DefaultDeadConsumerIdle = 5 * time.Minute
+
 // PoolConfig configures a Pool.
 type PoolConfig struct {
 	// Client is the feed's Redis. Required.
@@ -58,9 +63,14 @@ type PoolConfig struct {
 	// RetryBackoff is the first pause before retrying a failed event; it
 	// doubles each time, up to MaxRetryBackoff. Defaults 100ms and 5s.
 	RetryBackoff, MaxRetryBackoff time.Duration
-	// ShutdownTimeout bounds how long events being handled may take to
-	// finish once Run's context ends. Default 30s.
+	// ShutdownTimeout bounds how long the events read may take to be
+	// handled once Run's context ends. Default 30s.
 	ShutdownTimeout time.Duration
+	// DeadConsumerIdle: other consumers of the group idle this long with
+	// nothing pending are removed from it (they stopped without removing
+	// themselves: killed). Default DefaultDeadConsumerIdle, or 5 × MinIdle
+	// when longer.
+	DeadConsumerIdle time.Duration
 	// Logger receives the pool's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Metrics registers the pool's collectors (escf_consumer_events_total,
@@ -87,6 +97,8 @@ func (c PoolConfig) Validate() error {
 		return fmt.Errorf("pool config: MinIdle = %s: want at least 40ms", c.MinIdle)
 	case c.MaxDeliveries < 0:
 		return fmt.Errorf("pool config: MaxDeliveries = %d: want >= 1", c.MaxDeliveries)
+	case c.DeadConsumerIdle != 0 && c.DeadConsumerIdle < c.MinIdle:
+		return fmt.Errorf("pool config: DeadConsumerIdle = %s: want at least MinIdle (%s)", c.DeadConsumerIdle, c.MinIdle)
 	case c.Block < 0 || c.RetryBackoff < 0 || c.MaxRetryBackoff < 0 || c.ShutdownTimeout < 0:
 		return errors.New("pool config: durations must not be negative")
 	}
@@ -128,6 +140,9 @@ func (c PoolConfig) withDefaults() PoolConfig {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if c.DeadConsumerIdle == 0 {
+		c.DeadConsumerIdle = max(DefaultDeadConsumerIdle, 5*c.MinIdle)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -148,9 +163,13 @@ type PoolStats struct {
 	DeadLettered int64
 	// Reclaimed is pending events taken over from idle consumers.
 	Reclaimed int64
-	// Gone is pending entries found trimmed from the stream (acknowledged,
-	// not handled).
+	// Gone is entries found gone from the stream before they were handled
+	// (trimmed or deleted): Run stops with a *HistoryLostError, and they
+	// stay pending.
 	Gone int64
+	// ConsumersRemoved is dead consumers this pool removed from the group
+	// (itself at a clean stop included).
+	ConsumersRemoved int64
 }
 
 // Pool is a worker pool in a Redis consumer group. Run it once.
@@ -171,8 +190,14 @@ type Pool struct {
 	busy       inflight
 	stopped    atomic.Bool
 
-	read, handled, failed, acked, dead, reclaimed, gone atomic.Int64
-	metrics                                             *poolCollector
+	read, handled, failed, acked, dead, reclaimed, gone, removed atomic.Int64
+	metrics                                                      *poolCollector
+
+	// History lost: the first error stops reading (stopReading) and is
+	// what Run returns.
+	lostMu      sync.Mutex
+	lost        error
+	stopReading context.CancelFunc
 
 	outage outage
 }
@@ -261,17 +286,25 @@ func (p *Pool) Consumer() string { return p.cfg.Consumer }
 // Stats returns the counters.
 func (p *Pool) Stats() PoolStats {
 	return PoolStats{Read: p.read.Load(), Handled: p.handled.Load(), Failed: p.failed.Load(), Acked: p.acked.Load(),
-		DeadLettered: p.dead.Load(), Reclaimed: p.reclaimed.Load(), Gone: p.gone.Load()}
+		DeadLettered: p.dead.Load(), Reclaimed: p.reclaimed.Load(), Gone: p.gone.Load(), ConsumersRemoved: p.removed.Load()}
 }
 
 // Run consumes the feed with h until ctx ends. It creates the group if
 // missing, first handles this consumer's own pending events (a restart after
-// a crash), then new ones, and reclaims the events of consumers idle for
-// MinIdle. When ctx ends it stops reading, lets the events being handled
-// finish (within ShutdownTimeout), acknowledges them and returns nil; events
-// read but not started stay pending for this consumer's next start (or
-// another consumer's reclaim). Redis errors are retried with backoff; an
-// outage is logged once, and its end once.
+// a crash), then new ones, reclaims the events of consumers idle for
+// MinIdle and removes consumers dead for DeadConsumerIdle. When ctx ends it
+// stops reading, waits for the read in flight, handles every event read
+// (within ShutdownTimeout), acknowledges them, removes this consumer from
+// the group when nothing of it is pending, and returns nil. Redis errors
+// are retried with backoff; an outage is logged once, and its end once.
+//
+// The group must see every change: Run returns a *HistoryLostError
+// (errors.Is ErrHistoryLost) instead of creating a group at "0" on a stream
+// that no longer holds the feed from its start, and stops with one as soon
+// as entries the group had not handled are gone from the stream (trimmed or
+// deleted: at the start, before each read, in a reclaim). Nothing is
+// acknowledged that was not handed to h; the group stays as it is for
+// es-changefeed consume --bootstrap.
 func (p *Pool) Run(ctx context.Context, h Handler) error {
 	if h == nil {
 		return errors.New("pool: nil Handler")
@@ -280,6 +313,12 @@ func (p *Pool) Run(ctx context.Context, h Handler) error {
 	if err := p.ensureGroup(ctx); err != nil {
 		return err
 	}
+	if err := p.checkHistory(ctx); err != nil {
+		return err
+	}
+	rctx, stopReading := context.WithCancel(ctx)
+	defer stopReading()
+	p.stopReading = stopReading
 	p.slots = make(chan struct{}, p.cfg.Prefetch)
 	for i := 0; i < p.cfg.Prefetch; i++ {
 		p.slots <- struct{}{}
@@ -303,39 +342,157 @@ func (p *Pool) Run(ctx context.Context, h Handler) error {
 		defer close(ackDone)
 		p.acker()
 	}()
-	bg, stopBG := context.WithCancel(ctx)
+	bg, stopBG := context.WithCancel(rctx)
 	helpers.Add(2)
 	go func() { defer helpers.Done(); p.heartbeat(bg) }()
 	go func() { defer helpers.Done(); p.reclaimLoop(bg) }()
 
-	p.readLoop(ctx)
+	// The shutdown timeout runs from the moment ctx ends (or reading
+	// stopped on a history loss), the wait for the read in flight included.
+	stopTimer := context.AfterFunc(rctx, func() {
+		t := time.AfterFunc(p.cfg.ShutdownTimeout, func() {
+			p.log.Warn("shutdown timeout: canceling handlers still running; events not handled stay pending", "timeout", p.cfg.ShutdownTimeout)
+			hcancel()
+		})
+		<-hctx.Done()
+		t.Stop()
+	})
+	defer stopTimer()
 
-	// Shutdown: no more reading or reclaiming; lanes finish what they hold
-	// (queued jobs not started are released), then acks are flushed.
+	p.readLoop(rctx)
+
+	// Shutdown: no more reading or reclaiming; lanes handle what was read
+	// (until the shutdown timeout), then acks are flushed.
 	p.stopped.Store(true)
 	stopBG()
 	helpers.Wait()
 	for _, ch := range p.lanes {
 		close(ch)
 	}
-	finished := make(chan struct{})
-	go func() { lanes.Wait(); close(finished) }()
-	select {
-	case <-finished:
-	case <-time.After(p.cfg.ShutdownTimeout):
-		p.log.Warn("shutdown timeout: canceling handlers still running", "timeout", p.cfg.ShutdownTimeout)
-		hcancel()
-		<-finished
-	}
+	lanes.Wait()
+	hcancel()
 	close(p.acks)
 	<-ackDone
+	p.leaveGroup()
 	st := p.Stats()
 	p.log.Info("consumer stopped", "handled", st.Handled, "failed_attempts", st.Failed, "dead_lettered", st.DeadLettered, "reclaimed", st.Reclaimed)
+	p.lostMu.Lock()
+	defer p.lostMu.Unlock()
+	return p.lost
+}
+
+// historyLost records the first loss found and stops reading.
+func (p *Pool) historyLost(err error) {
+	p.lostMu.Lock()
+	first := p.lost == nil
+	if first {
+		p.lost = err
+	}
+	p.lostMu.Unlock()
+	if first {
+		p.log.Error("history lost: stopping", "error", err.Error())
+		if p.stopReading != nil {
+			p.stopReading()
+		}
+		p.recordLost(err)
+	}
+}
+
+// recordLost writes the loss to the feed's lost hash (the first one stays),
+// where status and every later start of the group find it: once the group
+// read past a gap, nothing else in Redis shows it.
+func (p *Pool) recordLost(err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if werr := p.cfg.Client.HSetNX(ctx, p.cfg.Keys.Lost(), p.cfg.Group, err.Error()).Err(); werr != nil {
+		p.log.Warn("cannot record the history loss in Redis", "key", p.cfg.Keys.Lost(), "error", werr.Error())
+	}
+}
+
+// RecordedLoss is the history loss recorded for the group ("" if none).
+func RecordedLoss(ctx context.Context, rdb redis.UniversalClient, keys Keys, group string) (string, error) {
+	v, err := rdb.HGet(ctx, keys.Lost(), group).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return v, err
+}
+
+// checkHistory reads the group's state and its recorded loss: an error if
+// it lost history.
+func (p *Pool) checkHistory(ctx context.Context) error {
+	rec, err := RecordedLoss(ctx, p.cfg.Client, p.cfg.Keys, p.cfg.Group)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", p.cfg.Keys.Lost(), err)
+	}
+	if rec != "" {
+		return fmt.Errorf("%w (recorded in %s when it was found; the group stays refused until re-initialized): %s", ErrHistoryLost, p.cfg.Keys.Lost(), rec)
+	}
+	st, g, ok, err := ReadGroup(ctx, p.cfg.Client, p.cfg.Keys.Events(), p.cfg.Group)
+	if err != nil {
+		return fmt.Errorf("read consumer group %s: %w", p.cfg.Group, err)
+	}
+	if ok && g.HistoryLost() {
+		p.gone.Add(max(g.Lost(), 1))
+		lost := &HistoryLostError{Stream: p.cfg.Keys.Events(), State: st, Group: g}
+		p.recordLost(lost)
+		return lost
+	}
 	return nil
 }
 
-// ensureGroup creates the group (and the stream) if missing.
+// leaveGroup removes this consumer from the group at a clean stop, when
+// nothing is pending in its name (removing it would drop its pending
+// entries from the group: never redelivered). Atomic in a script.
+func (p *Pool) leaveGroup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	removed, err := removeIdleConsumer.Run(ctx, p.cfg.Client, []string{p.cfg.Keys.Events()}, p.cfg.Group, p.cfg.Consumer, 0).Int()
+	switch {
+	case err != nil:
+		p.log.Warn("cannot remove this consumer from the group; others will once it is idle", "error", err.Error(), "after", p.cfg.DeadConsumerIdle.String())
+	case removed == 1:
+		p.removed.Add(1)
+		p.log.Debug("removed this consumer from the group")
+	default:
+		p.log.Info("events stay pending in this consumer's name; they will be reclaimed", "min_idle", p.cfg.MinIdle.String())
+	}
+}
+
+// removeIdleConsumer deletes consumer ARGV[2] of group ARGV[1] if nothing
+// is pending in its name and it has been idle ARGV[3] ms or more: 1 if
+// removed, 0 if not (or absent). Atomic: nothing can be read between the
+// check and XGROUP DELCONSUMER, which would drop it from the group's
+// pending list.
+var removeIdleConsumer = redis.NewScript(`
+local ok, cs = pcall(redis.call, 'XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
+if not ok then return 0 end
+for _, c in ipairs(cs) do
+  local f = {}
+  for i = 1, #c, 2 do f[c[i]] = c[i + 1] end
+  if f['name'] == ARGV[2] then
+    if tonumber(f['pending']) == 0 and tonumber(f['idle']) >= tonumber(ARGV[3]) then
+      redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+      return 1
+    end
+    return 0
+  end
+end
+return 0
+`)
+
+// ensureGroup creates the group (and the stream) if missing; not at "0" on
+// a stream that no longer holds the feed from its start.
 func (p *Pool) ensureGroup(ctx context.Context) error {
+	if p.cfg.Start == "0" {
+		st, g, ok, err := ReadGroup(ctx, p.cfg.Client, p.cfg.Keys.Events(), p.cfg.Group)
+		if err != nil {
+			return fmt.Errorf("read consumer group %s: %w", p.cfg.Group, err)
+		}
+		if !ok && !st.Complete() {
+			return &HistoryLostError{Stream: p.cfg.Keys.Events(), State: st, Group: g, New: true}
+		}
+	}
 	err := p.cfg.Client.XGroupCreateMkStream(ctx, p.cfg.Keys.Events(), p.cfg.Group, p.cfg.Start).Err()
 	if err == nil {
 		p.log.Info("created consumer group", "stream", p.cfg.Keys.Events(), "start", p.cfg.Start)
@@ -348,7 +505,9 @@ func (p *Pool) ensureGroup(ctx context.Context) error {
 }
 
 // readLoop reads this consumer's own pending entries, then new ones, until
-// ctx ends. It reads only as many entries as there are free slots.
+// ctx ends. It reads only as many entries as there are free slots. New
+// entries are read first without blocking, together with the group's state
+// (readChecked); only when there are none does it block for Block.
 func (p *Pool) readLoop(ctx context.Context) {
 	own := "0" // first: our own pending entries, from the start
 	bo := backoffState{min: p.cfg.RetryBackoff, max: p.cfg.MaxRetryBackoff}
@@ -362,9 +521,20 @@ func (p *Pool) readLoop(ctx context.Context) {
 			start = own
 		}
 		began := time.Now()
-		res, err := p.readGroup(ctx, start, n)
-		if ctx.Err() != nil {
-			return // what an abandoned read returns stays pending for our next start
+		var res []redis.XStream
+		var err error
+		if own == "" {
+			res, err = p.readChecked(ctx, n)
+			if err == nil && len(res) == 0 {
+				res, err = p.readGroup(ctx, start, n)
+			}
+		} else {
+			res, err = p.readGroup(ctx, start, n)
+		}
+		if errors.Is(err, ErrHistoryLost) {
+			p.giveSlots(n)
+			p.historyLost(err)
+			return
 		}
 		if err == nil || errors.Is(err, redis.Nil) {
 			p.redisOK(began)
@@ -382,7 +552,10 @@ func (p *Pool) readLoop(ctx context.Context) {
 				return
 			}
 			if redis.HasErrorPrefix(err, "NOGROUP") {
-				_ = p.ensureGroup(ctx)
+				if err := p.ensureGroup(ctx); errors.Is(err, ErrHistoryLost) {
+					p.historyLost(err)
+					return
+				}
 			}
 			d := bo.next()
 			p.redisFailed(began, "read failed; retrying", err, "retry_in", d.String())
@@ -392,6 +565,12 @@ func (p *Pool) readLoop(ctx context.Context) {
 		bo.reset()
 		msgs := res[0].Messages
 		p.giveSlots(n - len(msgs))
+		if ctx.Err() != nil && len(msgs) > 0 {
+			// Stopping: the read in flight returned these; they are
+			// handled (Run waits), not left pending in our name.
+			p.dispatch(msgs, p.deliveryCounts(context.WithoutCancel(ctx), msgs))
+			return
+		}
 		if own != "" {
 			if len(msgs) == 0 {
 				own = ""
@@ -405,27 +584,84 @@ func (p *Pool) readLoop(ctx context.Context) {
 	}
 }
 
-// readGroup runs one XREADGROUP; a blocking read is abandoned when ctx ends
-// (go-redis does not interrupt it), so shutdown does not wait for Block.
+// readGroup runs one XREADGROUP, blocking for Block on new entries. A read
+// in flight when ctx ends is waited for (at most Block): Redis delivered
+// what it returns to this consumer, and the caller hands it to the lanes
+// rather than leave it pending in the name of a consumer about to leave.
+// Own pending entries whose payload is gone are history lost.
 func (p *Pool) readGroup(ctx context.Context, start string, n int) ([]redis.XStream, error) {
-	type result struct {
-		res []redis.XStream
-		err error
+	res, err := p.cfg.Client.XReadGroup(context.WithoutCancel(ctx), &redis.XReadGroupArgs{
+		Group: p.cfg.Group, Consumer: p.cfg.Consumer, Streams: []string{p.cfg.Keys.Events(), start},
+		Count: int64(n), Block: p.cfg.Block,
+	}).Result()
+	if err == nil && start != ">" && len(res) > 0 {
+		for _, m := range res[0].Messages {
+			if m.Values == nil {
+				return nil, p.pendingGone(ctx, m.ID)
+			}
+		}
 	}
-	ch := make(chan result, 1)
-	go func() {
-		res, err := p.cfg.Client.XReadGroup(context.WithoutCancel(ctx), &redis.XReadGroupArgs{
-			Group: p.cfg.Group, Consumer: p.cfg.Consumer, Streams: []string{p.cfg.Keys.Events(), start},
-			Count: int64(n), Block: p.cfg.Block,
-		}).Result()
-		ch <- result{res, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.res, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	return res, err
+}
+
+// readChecked reads up to n new entries without blocking, in one MULTI
+// with XINFO STREAM and XINFO GROUPS: the group's state just before the
+// read. If entries the group had not read are gone (a trim past it, an
+// XDEL), the read's entries are not handed on: reading past the gap would
+// hide it, so this is the one place that can see it every time. It returns
+// no streams when there is nothing new.
+func (p *Pool) readChecked(ctx context.Context, n int) ([]redis.XStream, error) {
+	stream := p.cfg.Keys.Events()
+	var infoS *redis.XInfoStreamCmd
+	var infoG *redis.XInfoGroupsCmd
+	var read *redis.XStreamSliceCmd
+	_, err := p.cfg.Client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		infoS = pipe.XInfoStream(ctx, stream)
+		infoG = pipe.XInfoGroups(ctx, stream)
+		read = pipe.XReadGroup(ctx, &redis.XReadGroupArgs{Group: p.cfg.Group, Consumer: p.cfg.Consumer,
+			Streams: []string{stream, ">"}, Count: int64(n), Block: -1})
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
 	}
+	info := infoS.Val()
+	st := StreamState{Length: info.Length, EntriesAdded: info.EntriesAdded, FirstID: info.FirstEntry.ID,
+		LastID: info.LastGeneratedID, MaxDeletedID: info.MaxDeletedEntryID}
+	if st.MaxDeletedID == "" {
+		st.MaxDeletedID = "0-0"
+	}
+	if st.Length == 0 {
+		st.FirstID = ""
+	}
+	for _, g := range infoG.Val() {
+		if g.Name != p.cfg.Group {
+			continue
+		}
+		if gs, _ := unread(st, g); gs.LostUnread != 0 {
+			p.gone.Add(max(gs.LostUnread, 1))
+			return nil, &HistoryLostError{Stream: stream, State: st, Group: gs}
+		}
+	}
+	res, err := read.Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	return res, err
+}
+
+// pendingGone is the history-lost error for a pending entry whose payload
+// is gone (id: one of them).
+func (p *Pool) pendingGone(ctx context.Context, id string) error {
+	st, g, _, err := ReadGroup(context.WithoutCancel(ctx), p.cfg.Client, p.cfg.Keys.Events(), p.cfg.Group)
+	if err != nil {
+		return fmt.Errorf("pending entry %s is gone from the stream (%w), and reading the group failed: %w", id, ErrHistoryLost, err)
+	}
+	if g.LostPending <= 0 {
+		g.LostPending, g.FirstLostPending = 1, id
+	}
+	p.gone.Add(g.LostPending)
+	return &HistoryLostError{Stream: p.cfg.Keys.Events(), State: st, Group: g}
 }
 
 // takeSlots waits for at least one free slot and takes the free ones,
@@ -516,14 +752,6 @@ func (p *Pool) dispatch(msgs []redis.XMessage, deliveries map[string]int64) {
 		if deliveries != nil {
 			j.deliveries = deliveries[m.ID]
 		}
-		if m.Values == nil {
-			// Trimmed from the stream while pending: nothing to handle.
-			p.gone.Add(1)
-			p.acks <- []string{m.ID}
-			p.busy.done(1)
-			p.giveSlots(1)
-			continue
-		}
 		j.ev, j.bad = ParseEvent(m)
 		if j.bad != nil || !j.ev.Op.document() {
 			flush()
@@ -585,14 +813,14 @@ func laneOf(e Event, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
-// lane handles its jobs in order. After Run's context ends it finishes the
-// job it is on and releases the queued ones. Acks and slots are returned
-// per slice.
+// lane handles its jobs in order, the queued ones too after Run's context
+// ends, until the shutdown timeout cancels hctx: the jobs not started then
+// stay pending. Acks and slots are returned per slice.
 func (p *Pool) lane(ctx, hctx context.Context, ch chan []*job) {
 	for js := range ch {
 		var acked []string
 		for _, j := range js {
-			if ctx.Err() != nil {
+			if hctx.Err() != nil {
 				p.held.Delete(j.msg.ID) // not started: stays pending for a later start
 				continue
 			}
@@ -771,6 +999,27 @@ func (p *Pool) reclaimLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		p.reclaimPass(ctx)
+		p.removeDeadConsumers(ctx)
+	}
+}
+
+// removeDeadConsumers removes the group's other consumers that have nothing
+// pending and have been idle DeadConsumerIdle: processes that were killed
+// before they could remove themselves (reclaims took their events).
+func (p *Pool) removeDeadConsumers(ctx context.Context) {
+	cs, err := p.cfg.Client.XInfoConsumers(ctx, p.cfg.Keys.Events(), p.cfg.Group).Result()
+	if err != nil {
+		return
+	}
+	for _, c := range cs {
+		if c.Name == p.cfg.Consumer || c.Pending > 0 || c.Idle < p.cfg.DeadConsumerIdle {
+			continue
+		}
+		n, err := removeIdleConsumer.Run(ctx, p.cfg.Client, []string{p.cfg.Keys.Events()}, p.cfg.Group, c.Name, p.cfg.DeadConsumerIdle.Milliseconds()).Int()
+		if err == nil && n == 1 {
+			p.removed.Add(1)
+			p.log.Info("removed a dead consumer from the group", "dead_consumer", c.Name, "idle", c.Idle.Round(time.Second).String())
+		}
 	}
 }
 
@@ -798,10 +1047,19 @@ func (p *Pool) reclaimPass(ctx context.Context) {
 			p.dispatch(msgs, p.deliveryCounts(ctx, msgs))
 		}
 		if len(deleted) > 0 {
-			// Entries trimmed while pending (Redis 7 reports them): they
-			// cannot be handled; acknowledge them so they leave the PEL.
-			p.gone.Add(int64(len(deleted)))
-			_ = p.cfg.Client.XAck(ctx, p.cfg.Keys.Events(), p.cfg.Group, deleted...).Err()
+			// Pending entries whose payload is gone (Redis 7 reports them
+			// and drops them from the pending list): their changes never
+			// reached the sink.
+			st, g, _, err := ReadGroup(ctx, p.cfg.Client, p.cfg.Keys.Events(), p.cfg.Group)
+			if err == nil {
+				g.LostPending, g.FirstLostPending = max(g.LostPending, 0)+int64(len(deleted)), deleted[0]
+				p.gone.Add(int64(len(deleted)))
+				p.historyLost(&HistoryLostError{Stream: p.cfg.Keys.Events(), State: st, Group: g})
+			} else {
+				p.historyLost(fmt.Errorf("%d pending entries are gone from the stream (%w; the oldest %s): re-initialize the group with es-changefeed consume --group %s --bootstrap",
+					len(deleted), ErrHistoryLost, deleted[0], p.cfg.Group))
+			}
+			return
 		}
 		if next == "0-0" || next == "" {
 			return

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -190,7 +191,7 @@ func TestPool_ReclaimsFromDeadConsumerAndDrainsOwnPending(t *testing.T) {
 	mine, _ := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "me", Streams: []string{keys.Events(), ">"}, Count: 10}).Result()
 	var mu sync.Mutex
 	var order []string
-	p, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Consumer: "me", Workers: 1, MinIdle: 200 * time.Millisecond},
+	p, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Consumer: "me", Workers: 1, MinIdle: 200 * time.Millisecond, DeadConsumerIdle: 400 * time.Millisecond},
 		func(ctx context.Context, e redisx.Event) error {
 			mu.Lock()
 			order = append(order, e.StreamID)
@@ -198,6 +199,16 @@ func TestPool_ReclaimsFromDeadConsumerAndDrainsOwnPending(t *testing.T) {
 			return nil
 		})
 	waitFor(t, "all 30 events", 10*time.Second, func() bool { return p.Stats().Acked == 30 })
+	// The ghost, its events reclaimed and idle past DeadConsumerIdle, is
+	// removed from the group.
+	waitFor(t, "the dead consumer removed", 10*time.Second, func() bool {
+		for _, c := range rdb.XInfoConsumers(ctx, keys.Events(), "g").Val() {
+			if c.Name == "ghost" {
+				return false
+			}
+		}
+		return true
+	})
 	stop()
 	mu.Lock()
 	defer mu.Unlock()
@@ -245,9 +256,11 @@ func TestPool_HeldEventsAreNotReclaimed(t *testing.T) {
 	}
 }
 
-// TestPool_ShutdownFinishesInFlight: when the context ends, the event being
-// handled finishes and is acked; queued ones stay pending for later.
-func TestPool_ShutdownFinishesInFlight(t *testing.T) {
+// TestPool_ShutdownHandlesWhatItRead: when Run's context ends, every event
+// read is handled and acknowledged (the queued ones too, not only the one
+// in flight), and the consumer leaves the group: nothing waits --min-idle
+// in a departed consumer's name.
+func TestPool_ShutdownHandlesWhatItRead(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	keys := redisx.NewKeys("shutdown")
@@ -257,17 +270,47 @@ func TestPool_ShutdownFinishesInFlight(t *testing.T) {
 	var finished atomic.Int64
 	p, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g"}, func(ctx context.Context, e redisx.Event) error {
 		once.Do(func() { close(started) })
+		time.Sleep(100 * time.Millisecond)
+		finished.Add(1)
+		return nil
+	})
+	<-started
+	stop()
+	if finished.Load() != 5 || p.Stats().Acked != 5 {
+		t.Fatalf("finished %d, acked %d; want all 5 read events handled and acked", finished.Load(), p.Stats().Acked)
+	}
+	if got := pending(t, rdb, keys, "g"); got != 0 {
+		t.Fatalf("%d pending after a clean stop, want 0", got)
+	}
+	if cs := rdb.XInfoConsumers(context.Background(), keys.Events(), "g").Val(); len(cs) != 0 {
+		t.Fatalf("consumers left in the group after a clean stop: %+v", cs)
+	}
+}
+
+// TestPool_ShutdownTimeoutLeavesTheRestPending: past ShutdownTimeout the
+// events not started stay pending, and the consumer stays in the group so
+// that they are reclaimed.
+func TestPool_ShutdownTimeoutLeavesTheRestPending(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	keys := redisx.NewKeys("shutdown-timeout")
+	addEvents(t, rdb, keys, 5, 1)
+	started := make(chan struct{})
+	var once sync.Once
+	var finished atomic.Int64
+	_, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", ShutdownTimeout: 300 * time.Millisecond}, func(ctx context.Context, e redisx.Event) error {
+		once.Do(func() { close(started) })
 		time.Sleep(200 * time.Millisecond)
 		finished.Add(1)
 		return nil
 	})
 	<-started
 	stop()
-	if finished.Load() != 1 || p.Stats().Acked != 1 {
-		t.Fatalf("finished %d, acked %d; want the in-flight event finished and acked", finished.Load(), p.Stats().Acked)
+	if got := pending(t, rdb, keys, "g"); got != 5-finished.Load() || got == 0 {
+		t.Fatalf("%d pending after %d of 5 finished: want the rest pending", got, finished.Load())
 	}
-	if got := pending(t, rdb, keys, "g"); got != 4 {
-		t.Fatalf("%d pending, want the 4 queued events", got)
+	if cs := rdb.XInfoConsumers(context.Background(), keys.Events(), "g").Val(); len(cs) != 1 {
+		t.Fatalf("consumers in the group: %+v; want the one holding the pending events", cs)
 	}
 }
 
@@ -304,4 +347,138 @@ func TestPool_BarrierForFeedEvents(t *testing.T) {
 	if atBarrier != 50 || after.Load() != 50 || afterEarly.Load() != 0 {
 		t.Fatalf("barrier saw %d events before it (want 50), %d after (want 50), %d later events before it", atBarrier, after.Load(), afterEarly.Load())
 	}
+}
+
+// runPoolOnce runs a pool until it returns by itself (within 10s).
+func runPoolOnce(t *testing.T, cfg redisx.PoolConfig, h redisx.Handler) (*redisx.Pool, error) {
+	t.Helper()
+	cfg.Logger = quiet
+	p, err := redisx.NewPool(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = p.Run(ctx, h)
+	if ctx.Err() != nil {
+		t.Fatalf("the pool ran until the test's deadline: %v", err)
+	}
+	return p, err
+}
+
+// TestPool_HistoryLostAtStart: the issue's case (a group read 10 of 50,
+// the stream trimmed to its last 20), and a new group on that stream: Run
+// refuses both with the error naming the group and what to do, hands
+// nothing to the handler, acknowledges nothing, and records the loss so
+// that a later start refuses too. A new group starting at "$" is allowed.
+func TestPool_HistoryLostAtStart(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	keys := redisx.NewKeys("lost")
+	ctx := context.Background()
+	rdb.XGroupCreateMkStream(ctx, keys.Events(), "g1", "0")
+	addEvents(t, rdb, keys, 50, 50)
+	res, _ := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g1", Consumer: "old", Streams: []string{keys.Events(), ">"}, Count: 10}).Result()
+	for _, m := range res[0].Messages {
+		rdb.XAck(ctx, keys.Events(), "g1", m.ID)
+	}
+	rdb.XTrimMaxLen(ctx, keys.Events(), 20)
+	var calls atomic.Int64
+	h := func(context.Context, redisx.Event) error { calls.Add(1); return nil }
+
+	for run := 1; run <= 2; run++ {
+		p, err := runPoolOnce(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g1"}, h)
+		if !errors.Is(err, redisx.ErrHistoryLost) || !strings.Contains(err.Error(), `"g1"`) || !strings.Contains(err.Error(), "20 entries") || !strings.Contains(err.Error(), "--bootstrap") {
+			t.Fatalf("run %d: Run returned %v; want history lost naming g1, 20 entries and --bootstrap", run, err)
+		}
+		if calls.Load() != 0 || p.Stats().Acked != 0 {
+			t.Fatalf("run %d: %d events handled, %d acked; want none", run, calls.Load(), p.Stats().Acked)
+		}
+	}
+	if rec, _ := redisx.RecordedLoss(ctx, rdb, keys, "g1"); !strings.Contains(rec, "20 entries") {
+		t.Fatalf("recorded loss %q: want the error", rec)
+	}
+	_, err := runPoolOnce(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "new"}, h)
+	if !errors.Is(err, redisx.ErrHistoryLost) || !strings.Contains(err.Error(), `new group "new"`) || !strings.Contains(err.Error(), "30 of 50") {
+		t.Fatalf("a new group on the trimmed stream: %v; want it refused, naming 30 of 50 entries gone", err)
+	}
+	if n := rdb.XInfoGroups(ctx, keys.Events()).Val(); len(n) != 1 {
+		t.Fatalf("groups %+v: the refused group was created", n)
+	}
+	p, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "tail", Start: "$"}, h)
+	waitFor(t, "the $ group", 5*time.Second, func() bool { return len(rdb.XInfoGroups(ctx, keys.Events()).Val()) == 2 })
+	addEvents(t, rdb, keys, 3, 3)
+	waitFor(t, "the $ group to handle new events", 5*time.Second, func() bool { return p.Stats().Acked == 3 })
+	stop()
+}
+
+// TestPool_HistoryLostWhileRunning: a slow pool is behind when the stream
+// is trimmed past it: it stops with the error, and hands the handler no
+// event from after the gap (reading past it would hide the gap).
+func TestPool_HistoryLostWhileRunning(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	keys := redisx.NewKeys("lost-running")
+	ctx := context.Background()
+	addEvents(t, rdb, keys, 200, 200)
+	var mu sync.Mutex
+	var seen []string
+	trimmed := make(chan string, 1)
+	h := func(_ context.Context, e redisx.Event) error {
+		mu.Lock()
+		seen = append(seen, e.StreamID)
+		n := len(seen)
+		mu.Unlock()
+		if n == 5 {
+			rdb.XTrimMaxLen(ctx, keys.Events(), 50)
+			trimmed <- rdb.XRangeN(ctx, keys.Events(), "-", "+", 1).Val()[0].ID
+		}
+		time.Sleep(5 * time.Millisecond)
+		return nil
+	}
+	p, err := runPoolOnce(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "slow", Workers: 1, Prefetch: 2}, h)
+	if !errors.Is(err, redisx.ErrHistoryLost) {
+		t.Fatalf("Run returned %v; want history lost", err)
+	}
+	first := <-trimmed
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range seen {
+		if !idBefore(id, first) {
+			t.Fatalf("the handler got %s, after the gap (the trim kept %s and later): the gap was read past", id, first)
+		}
+	}
+	if st := p.Stats(); st.Acked != st.Handled || st.Gone == 0 {
+		t.Fatalf("stats %+v: want every ack a handled event, and the loss counted", st)
+	}
+}
+
+// TestPool_PendingEntriesGone: another consumer's pending entries trimmed
+// away: the pool refuses to run (it would have acknowledged them unseen).
+func TestPool_PendingEntriesGone(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	keys := redisx.NewKeys("pending-gone")
+	ctx := context.Background()
+	rdb.XGroupCreateMkStream(ctx, keys.Events(), "g", "0")
+	addEvents(t, rdb, keys, 30, 30)
+	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "ghost", Streams: []string{keys.Events(), ">"}, Count: 10})
+	all := rdb.XRange(ctx, keys.Events(), "-", "+").Val()
+	rdb.XTrimMinID(ctx, keys.Events(), all[5].ID)
+	_, err := runPoolOnce(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", MinIdle: 100 * time.Millisecond},
+		func(context.Context, redisx.Event) error { return nil })
+	if !errors.Is(err, redisx.ErrHistoryLost) || !strings.Contains(err.Error(), "5 pending entries are gone") {
+		t.Fatalf("Run returned %v; want history lost naming 5 pending entries gone", err)
+	}
+	if got := pending(t, rdb, keys, "g"); got != 10 {
+		t.Fatalf("%d pending; want the ghost's 10 left as they were", got)
+	}
+}
+
+// idBefore compares stream ids.
+func idBefore(a, b string) bool {
+	var am, as, bm, bs uint64
+	fmt.Sscanf(a, "%d-%d", &am, &as)
+	fmt.Sscanf(b, "%d-%d", &bm, &bs)
+	return am < bm || (am == bm && as < bs)
 }
