@@ -34,7 +34,8 @@ func BenchmarkRelay_RealEngine(b *testing.B) {
 	if name == "" {
 		name = engines.DefaultEngine
 	}
-	eng := engines.StartTB(b, engines.Config{Engine: name})
+	// A node as in production: G1 and the optimising compiler.
+	eng := engines.StartTB(b, engines.Config{Engine: name, JavaOpts: []string{"-XX:+UseG1GC"}})
 	c := &realCluster{realEnv: &realEnv{url: eng.URL(), client: &http.Client{Timeout: time.Minute}, engine: eng}, prefix: "bench-"}
 	ix := c.Index("docs")
 	createIndex(b, c, ix, shards, 0)

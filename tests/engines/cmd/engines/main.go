@@ -47,6 +47,7 @@ func run() error {
 	port := flag.Int("http-port", 9200, "node 0's HTTP port; node i listens on port+i (0: free ports)")
 	heap := flag.String("heap", engines.DefaultHeap, "heap of each JVM")
 	dir := flag.String("dir", "", "directory for the nodes' data and logs (default: a temporary one, removed at exit)")
+	javaOpts := flag.String("java-opts", strings.Join(engines.DefaultJavaOpts, " "), "JVM options of each node, space-separated (\"\": the JVM's defaults)")
 	list := flag.Bool("list", false, "print the pinned engines and exit")
 	flag.Var(extra, "setting", "extra node setting key=value (repeatable)")
 	flag.Parse()
@@ -60,7 +61,8 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fmt.Fprintf(os.Stderr, "engines: starting %d node(s) of %s (the first run downloads its jars)\n", *nodes, *engine)
-	c, err := engines.Start(ctx, engines.Config{Engine: *engine, Nodes: *nodes, HTTPPort: *port, Heap: *heap, Dir: *dir, Settings: extra})
+	c, err := engines.Start(ctx, engines.Config{Engine: *engine, Nodes: *nodes, HTTPPort: *port, Heap: *heap, Dir: *dir, Settings: extra,
+		JavaOpts: strings.Fields(*javaOpts)})
 	if err != nil {
 		return err
 	}
