@@ -5,6 +5,10 @@
 #                checked with docker-compose; tests/engines on a real
 #                OpenSearch 2), then the real-cluster part of the suite on a
 #                real OpenSearch 2 node (ESCF_TEST_ENGINE=opensearch-2)
+#   make examples
+#                the pinned packages of the Python and Node example workers
+#                (a venv in ~/.cache/escf-examples, examples/node/node_modules);
+#                make test needs them
 #   make test-engines
 #                the real-cluster part of the suite on each of the five
 #                engines of tests/engines/versions.txt, then
@@ -20,7 +24,7 @@
 GO ?= go
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: test test-engines golden bench vet redis-server docker-compose java build fuzz reliability
+.PHONY: test test-engines golden bench vet redis-server docker-compose java examples build fuzz reliability
 
 build:
 	$(GO) build ./...
@@ -54,6 +58,21 @@ java:
 	}
 	@mvn -v 2>/dev/null | head -1
 
+# examples/ (Python and Node workers, run by tests/e2e/examples_test.go):
+# redis-py into a venv under ~/.cache, ioredis into examples/node with
+# npm ci, both pinned; python3-venv and Node from apt-get when missing.
+export ESCF_EXAMPLES_VENV ?= $(HOME)/.cache/escf-examples/venv
+examples:
+	@{ command -v python3 >/dev/null 2>&1 && python3 -c 'import venv, ensurepip' 2>/dev/null && command -v npm >/dev/null 2>&1; } || { \
+		echo "python3-venv or Node missing: installing python3-venv, nodejs and npm with apt-get"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends python3-venv nodejs npm >/dev/null; \
+	}
+	@test -x $(ESCF_EXAMPLES_VENV)/bin/python || python3 -m venv $(ESCF_EXAMPLES_VENV)
+	@$(ESCF_EXAMPLES_VENV)/bin/python -m pip install -q --disable-pip-version-check -r examples/python/requirements.txt
+	@cd examples/node && npm ci --silent --no-audit --no-fund
+	@echo "examples: $$($(ESCF_EXAMPLES_VENV)/bin/python -c 'import redis; print("redis-py", redis.__version__)'), ioredis $$(node -p 'require("./examples/node/node_modules/ioredis/package.json").version')"
+
 vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -70,7 +89,7 @@ ENGINE_RESULTS ?= /tmp/escf-engines
 # Engines run at once by make test-engines (their JVMs mostly wait).
 ENGINE_JOBS ?= 1
 
-test: redis-server docker-compose java vet
+test: redis-server docker-compose java examples vet
 	ESCF_REQUIRE_COMPOSE=1 $(GO) test -race -count=1 -timeout 15m $$($(GO) list ./... | grep -v '/tests/engines$$')
 	@$(MAKE) --no-print-directory engine-opensearch-2 RACE=-race
 
