@@ -70,7 +70,7 @@ examples:
 	}
 	@test -x $(ESCF_EXAMPLES_VENV)/bin/python || python3 -m venv $(ESCF_EXAMPLES_VENV)
 	@$(ESCF_EXAMPLES_VENV)/bin/python -m pip install -q --disable-pip-version-check -r examples/python/requirements.txt
-	@cd examples/node && npm ci --silent --no-audit --no-fund
+	@cd examples/node && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --silent --no-audit --no-fund; }
 	@echo "examples: $$($(ESCF_EXAMPLES_VENV)/bin/python -c 'import redis; print("redis-py", redis.__version__)'), ioredis $$(node -p 'require("./examples/node/node_modules/ioredis/package.json").version')"
 
 vet:
