@@ -275,6 +275,9 @@ func killHolding(tb testing.TB, w *workerProc, rdb *redis.Client, stream, group,
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		time.Sleep(200 * time.Millisecond)
+		if _, err := rdb.XInfoConsumers(context.Background(), stream, group).Result(); err != nil {
+			continue // no group yet: the workers are starting
+		}
 		_ = syscall.Kill(pid, syscall.SIGSTOP)
 		if pendingOf(tb, rdb, stream, group, consumer) > 0 {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
