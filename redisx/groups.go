@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 
@@ -72,6 +71,8 @@ var ErrHistoryLost = errors.New("history lost")
 // HistoryLostError says which entries a group can no longer read, and what
 // to do.
 type HistoryLostError struct {
+	// Feed is the feed's name (for the command to run), Stream its stream.
+	Feed   string
 	Stream string
 	State  StreamState
 	Group  GroupState
@@ -102,12 +103,19 @@ func (e *HistoryLostError) Error() string {
 		what = append(what, fmt.Sprintf("%d pending entries are gone from the stream (the oldest %s)", g.LostPending, g.FirstLostPending))
 	}
 	return fmt.Sprintf("history lost: consumer group %q of %s had not handled entries that are no longer in the stream: %s. "+
-		"Its sink misses those changes; re-initialize it with `es-changefeed consume --group %s --bootstrap --es <cluster URL>` "+
+		"Its sink misses those changes; re-initialize it with `es-changefeed consume%s --group %s --bootstrap --es <cluster URL>` "+
 		"(copies the cluster's current documents, then follows the stream with no gap)",
-		g.Name, e.Stream, strings.Join(what, "; "), g.Name)
+		g.Name, e.Stream, strings.Join(what, "; "), feedFlag(e.Feed), g.Name)
 }
 
 func (e *HistoryLostError) Unwrap() error { return ErrHistoryLost }
+
+func feedFlag(feed string) string {
+	if feed == "" || feed == "default" {
+		return ""
+	}
+	return " --feed " + feed
+}
 
 func firstOr(id string) string {
 	if id == "" {
@@ -339,16 +347,4 @@ func splitID(id string) (ms, seq uint64) {
 	ms, _ = strconv.ParseUint(a, 10, 64)
 	seq, _ = strconv.ParseUint(b, 10, 64)
 	return ms, seq
-}
-
-// NextID is the smallest stream id above id ("5-3" -> "5-4").
-func NextID(id string) string {
-	ms, seq := splitID(id)
-	switch {
-	case seq < math.MaxUint64:
-		seq++
-	case ms < math.MaxUint64:
-		ms, seq = ms+1, 0
-	}
-	return strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq, 10)
 }

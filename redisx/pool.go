@@ -434,7 +434,7 @@ func (p *Pool) checkHistory(ctx context.Context) error {
 	}
 	if ok && g.HistoryLost() {
 		p.gone.Add(max(g.Lost(), 1))
-		lost := &HistoryLostError{Stream: p.cfg.Keys.Events(), State: st, Group: g}
+		lost := &HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: p.cfg.Keys.Events(), State: st, Group: g}
 		p.recordLost(lost)
 		return lost
 	}
@@ -490,7 +490,7 @@ func (p *Pool) ensureGroup(ctx context.Context) error {
 			return fmt.Errorf("read consumer group %s: %w", p.cfg.Group, err)
 		}
 		if !ok && !st.Complete() {
-			return &HistoryLostError{Stream: p.cfg.Keys.Events(), State: st, Group: g, New: true}
+			return &HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: p.cfg.Keys.Events(), State: st, Group: g, New: true}
 		}
 	}
 	err := p.cfg.Client.XGroupCreateMkStream(ctx, p.cfg.Keys.Events(), p.cfg.Group, p.cfg.Start).Err()
@@ -640,7 +640,7 @@ func (p *Pool) readChecked(ctx context.Context, n int) ([]redis.XStream, error) 
 		}
 		if gs, _ := unread(st, g); gs.LostUnread != 0 {
 			p.gone.Add(max(gs.LostUnread, 1))
-			return nil, &HistoryLostError{Stream: stream, State: st, Group: gs}
+			return nil, &HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: stream, State: st, Group: gs}
 		}
 	}
 	res, err := read.Result()
@@ -661,7 +661,7 @@ func (p *Pool) pendingGone(ctx context.Context, id string) error {
 		g.LostPending, g.FirstLostPending = 1, id
 	}
 	p.gone.Add(g.LostPending)
-	return &HistoryLostError{Stream: p.cfg.Keys.Events(), State: st, Group: g}
+	return &HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: p.cfg.Keys.Events(), State: st, Group: g}
 }
 
 // takeSlots waits for at least one free slot and takes the free ones,
@@ -1054,7 +1054,7 @@ func (p *Pool) reclaimPass(ctx context.Context) {
 			if err == nil {
 				g.LostPending, g.FirstLostPending = max(g.LostPending, 0)+int64(len(deleted)), deleted[0]
 				p.gone.Add(int64(len(deleted)))
-				p.historyLost(&HistoryLostError{Stream: p.cfg.Keys.Events(), State: st, Group: g})
+				p.historyLost(&HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: p.cfg.Keys.Events(), State: st, Group: g})
 			} else {
 				p.historyLost(fmt.Errorf("%d pending entries are gone from the stream (%w; the oldest %s): re-initialize the group with es-changefeed consume --group %s --bootstrap",
 					len(deleted), ErrHistoryLost, deleted[0], p.cfg.Group))

@@ -3,15 +3,13 @@ package relay
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/redisx"
 )
 
 // watchStream runs while the relay leads: it applies backpressure
@@ -66,56 +64,16 @@ type groupState struct {
 }
 
 // groups reads the consumer groups of the stream (none if it has no
-// stream yet).
+// stream yet), with redisx.ReadGroups: the lag status and the metrics
+// report too.
 func (r *Relay) groups(ctx context.Context) ([]groupState, error) {
-	rdb := r.cfg.Store.Client()
-	stream := r.cfg.Store.Keys().Events()
-	infos, err := rdb.XInfoGroups(ctx, stream).Result()
+	_, gs, err := redisx.ReadGroups(ctx, r.cfg.Store.Client(), r.cfg.Store.Keys().Events())
 	if err != nil {
-		if redis.HasErrorPrefix(err, "no such key") { // HasErrorPrefix drops the reply's "ERR "
-			return nil, nil
-		}
-		return nil, fmt.Errorf("XINFO GROUPS %s: %w", stream, err)
+		return nil, err
 	}
-	var info *redis.XInfoStream
-	streamInfo := func() (*redis.XInfoStream, error) {
-		if info == nil {
-			i, err := rdb.XInfoStream(ctx, stream).Result()
-			if err != nil {
-				return nil, fmt.Errorf("XINFO STREAM %s: %w", stream, err)
-			}
-			info = i
-		}
-		return info, nil
-	}
-	out := make([]groupState, 0, len(infos))
-	for _, g := range infos {
-		gs := groupState{name: g.Name, lag: g.Lag, lastDelivered: g.LastDeliveredID}
-		if gs.lag != 0 {
-			si, err := streamInfo()
-			if err != nil {
-				return nil, err
-			}
-			switch {
-			case g.LastDeliveredID == si.LastGeneratedID:
-				// The group read the last entry: nothing is unread, whatever
-				// the lag says (Redis 7.0 reports a stale one after a
-				// failover; a relay paused on it would never resume).
-				gs.lag = 0
-			case gs.lag < 0:
-				// Redis cannot tell the lag (entries deleted in between):
-				// count from what was added and what the group read.
-				gs.lag = si.EntriesAdded - g.EntriesRead
-			}
-		}
-		if g.Pending > 0 {
-			p, err := rdb.XPending(ctx, stream, g.Name).Result()
-			if err != nil {
-				return nil, fmt.Errorf("XPENDING %s %s: %w", stream, g.Name, err)
-			}
-			gs.oldestPending = p.Lower
-		}
-		out = append(out, gs)
+	out := make([]groupState, 0, len(gs))
+	for _, g := range gs {
+		out = append(out, groupState{name: g.Name, lag: max(g.Lag, 0), lastDelivered: g.LastDelivered, oldestPending: g.OldestPending})
 	}
 	return out, nil
 }
@@ -154,8 +112,10 @@ func (r *Relay) backpressure(ctx context.Context, groups []groupState) {
 }
 
 // trim removes stream entries every group has acknowledged: below the
-// minimum over groups of (oldest pending id, the id after the last delivered
-// one), and not younger than MinRetention. Without groups, only a stream
+// minimum over groups of (oldest pending id, the last delivered one), and
+// not younger than MinRetention. Each group's last delivered entry is kept:
+// with it in the stream, a group that lost history is told by ids, not by
+// counters Redis may report stale (redisx.ReadGroups). Without groups, only a stream
 // longer than MaxStreamLen is cut (with a warning).
 func (r *Relay) trim(ctx context.Context, groups []groupState) error {
 	rdb := r.cfg.Store.Client()
@@ -185,7 +145,7 @@ func (r *Relay) trim(ctx context.Context, groups []groupState) error {
 	}
 	minID := ""
 	for _, g := range groups {
-		bound := nextID(g.lastDelivered)
+		bound := g.lastDelivered
 		if g.oldestPending != "" && lessID(g.oldestPending, bound) {
 			bound = g.oldestPending
 		}

@@ -184,11 +184,12 @@ th.n,td.n{text-align:right;font-variant-numeric:tabular-nums}
 </table></div></section>
 
 <section class="card"><h2>Consumer groups</h2><div class="scroll"><table>
-<tr><th>group</th><th class="n">lag</th><th class="n">pending</th><th class="n">oldest pending idle</th><th>last delivered</th><th>consumers</th></tr>
+<tr><th>group</th><th class="n">lag</th><th class="n">pending</th><th class="n">oldest pending idle</th><th class="n">history lost</th><th>last delivered</th><th>consumers</th></tr>
 {{range .Groups}}<tr><td class="mono">{{.Name}}</td><td class="n">{{num .Lag}}</td><td class="n">{{num .Pending}}</td>
-<td class="n">{{if .Pending}}{{age .OldestPendingIdle}}{{else}}<span class="mute">–</span>{{end}}</td><td class="mono">{{.LastDelivered}}</td>
+<td class="n">{{if .Pending}}{{age .OldestPendingIdle}}{{else}}<span class="mute">–</span>{{end}}</td>
+<td class="n">{{if gt .HistoryLost 0}}<span class="badge bad">{{num .HistoryLost}} entries</span>{{else if lt .HistoryLost 0}}<span class="badge bad">yes</span>{{else}}<span class="mute">–</span>{{end}}</td><td class="mono">{{.LastDelivered}}</td>
 <td>{{range $i, $c := .Consumers}}{{if $i}}<br>{{end}}<span class="mono">{{$c.Name}}</span> <span class="mute">{{num $c.Pending}} pending, idle {{age $c.Idle}}</span>{{else}}<span class="mute">none</span>{{end}}</td></tr>
-{{else}}<tr><td colspan="6" class="mute">no consumer group</td></tr>{{end}}
+{{else}}<tr><td colspan="7" class="mute">no consumer group</td></tr>{{end}}
 </table></div></section>
 <p class="mute">Refreshes every 10 s · <a href="status.json">status.json</a> · <a href="metrics">metrics</a></p>
 </main></body></html>

@@ -87,9 +87,14 @@ type Group struct {
 	Consumers         []Consumer `json:"consumers"`
 	Pending           int64      `json:"pending"`
 	OldestPendingIdle Seconds    `json:"oldest_pending_idle_seconds"`
-	// Lag is the entries not yet delivered to the group.
+	// Lag is the entries in the stream not yet delivered to the group.
 	Lag           int64  `json:"lag"`
 	LastDelivered string `json:"last_delivered_id"`
+	// HistoryLost is the entries the group had not handled that are gone
+	// from the stream (-1: some, how many unknown), and LostReason what a
+	// consumer recorded when it found the loss (escf:{feed}:lost).
+	HistoryLost int64  `json:"history_lost"`
+	LostReason  string `json:"history_lost_reason,omitempty"`
 }
 
 // Consumer is one consumer of a group.
@@ -193,17 +198,25 @@ func Gather(ctx context.Context, src Sources) (Report, error) {
 			r.Stream.FirstID, r.Stream.LastID = first, last
 			r.Stream.FirstAge, r.Stream.LastAge = dur(now.Sub(idTime(first))), dur(now.Sub(idTime(last)))
 		}
-		groups, err := rdb.XInfoGroups(ctx, k.Events()).Result()
+		streamState, groups, err := redisx.ReadGroups(ctx, rdb, k.Events())
 		if err != nil {
-			return r, fmt.Errorf("XINFO GROUPS %s: %w", k.Events(), err)
+			return r, err
+		}
+		recorded, err := rdb.HGetAll(ctx, k.Lost()).Result()
+		if err != nil {
+			return r, fmt.Errorf("HGETALL %s: %w", k.Lost(), err)
 		}
 		for _, g := range groups {
-			grp := Group{Name: g.Name, Pending: g.Pending, Lag: g.Lag, LastDelivered: g.LastDeliveredID, Consumers: []Consumer{}}
+			grp := Group{Name: g.Name, Pending: g.Pending, Lag: g.Lag, LastDelivered: g.LastDelivered, Consumers: []Consumer{},
+				HistoryLost: g.Lost(), LostReason: recorded[g.Name]}
+			if grp.HistoryLost == 0 && grp.LostReason != "" {
+				grp.HistoryLost = -1 // found by a consumer, and no longer visible in the stream
+			}
 			switch {
-			case g.LastDeliveredID == info.LastGeneratedID:
-				grp.Lag = 0 // it read the last entry (Redis 7.0 may report a stale lag after a failover)
-			case grp.Lag < 0:
-				grp.Lag = info.EntriesAdded - g.EntriesRead
+			case grp.LostReason != "":
+				r.Problems = append(r.Problems, fmt.Sprintf("%s (found by a consumer, recorded in %s)", grp.LostReason, k.Lost()))
+			case grp.HistoryLost != 0:
+				r.Problems = append(r.Problems, (&redisx.HistoryLostError{Feed: k.Feed(), Stream: k.Events(), State: streamState, Group: g}).Error())
 			}
 			consumers, err := rdb.XInfoConsumers(ctx, k.Events(), g.Name).Result()
 			if err != nil {

@@ -63,13 +63,20 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(tw, "dead letters: %d\n", r.DeadLetters)
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "GROUP\tLAG\tPENDING\tOLDEST PENDING IDLE\tLAST DELIVERED\tCONSUMERS")
+	fmt.Fprintln(tw, "GROUP\tLAG\tPENDING\tOLDEST PENDING IDLE\tHISTORY LOST\tLAST DELIVERED\tCONSUMERS")
 	for _, g := range r.Groups {
 		var cs []string
 		for _, c := range g.Consumers {
 			cs = append(cs, fmt.Sprintf("%s (%d pending, idle %s)", c.Name, c.Pending, age(c.Idle.Duration())))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", g.Name, g.Lag, g.Pending, age(g.OldestPendingIdle.Duration()), g.LastDelivered, strings.Join(cs, ", "))
+		lost := "-"
+		switch {
+		case g.HistoryLost < 0:
+			lost = "yes"
+		case g.HistoryLost > 0:
+			lost = fmt.Sprint(g.HistoryLost)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\n", g.Name, g.Lag, g.Pending, age(g.OldestPendingIdle.Duration()), lost, g.LastDelivered, strings.Join(cs, ", "))
 	}
 	if len(r.Groups) == 0 {
 		fmt.Fprintln(tw, "(no consumer group)")
