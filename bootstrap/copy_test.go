@@ -175,10 +175,15 @@ func TestCopy_WritesDuringTheCopy(t *testing.T) {
 		time.Sleep(2 * time.Millisecond) // a slow sink: the writes land during the copy
 		if e.Op == redisx.OpUpsert && e.Index == "logs-b" && recreated.CompareAndSwap(false, true) {
 			// In the middle of logs-b's copy: deleted, created again.
-			mustDo(t, "DELETE", r.url+"/logs-b", "")
-			mustDo(t, "PUT", r.url+"/logs-b", `{"settings":{"number_of_shards":2,"number_of_replicas":1}}`)
+			for _, req := range [][3]string{{"DELETE", "/logs-b", ""}, {"PUT", "/logs-b", `{"settings":{"number_of_shards":2,"number_of_replicas":1}}`}} {
+				if st, b, err := tryDo(req[0], r.url+req[1], req[2]); err != nil || st >= 300 {
+					return fmt.Errorf("%s %s: %d %s %v", req[0], req[1], st, b, err)
+				}
+			}
 			for i := 0; i < 12; i++ {
-				mustDo(t, "PUT", fmt.Sprintf("%s/logs-b/_doc/new-%d", r.url, i), `{"again":true}`)
+				if st, b, err := tryDo("PUT", fmt.Sprintf("%s/logs-b/_doc/new-%d", r.url, i), `{"again":true}`); err != nil || st >= 300 {
+					return fmt.Errorf("write new-%d: %d %s %v", i, st, b, err)
+				}
 			}
 		}
 		return nil
