@@ -306,7 +306,9 @@ func TestBootstrapCopy_FailingResponsesAbort(t *testing.T) {
 		name  string
 		fault func(*esemu.Cluster) error
 	}{
-		{"503", func(c *esemu.Cluster) error { return c.InjectFault(esemu.Fault{Kind: esemu.KindSearch, Status: 503, Count: 100}) }},
+		{"503", func(c *esemu.Cluster) error {
+			return c.InjectFault(esemu.Fault{Kind: esemu.KindSearch, Status: 503, Count: 100})
+		}},
 		{"timed out", func(c *esemu.Cluster) error {
 			return c.InjectFault(esemu.Fault{Kind: esemu.KindSearch, TimedOut: true, Count: 100})
 		}},
