@@ -18,6 +18,7 @@ import (
 	"github.com/es-changefeed/es-changefeed/deletes"
 	"github.com/es-changefeed/es-changefeed/idempotency"
 	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/relay"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 	"github.com/es-changefeed/es-changefeed/tests/esemu"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
@@ -348,4 +349,56 @@ func TestBootstrapCopy_FailingResponsesAbort(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBootstrapCopy_Large: a copy of 20,000 documents over 4 shards in
+// pages of 1,000 hands each exactly once (with a sink that does nothing,
+// so the time is the copy's own; logged as documents per second).
+func TestBootstrapCopy_Large(t *testing.T) {
+	t.Parallel()
+	c := esCluster(t, esemu.Config{})
+	ix := c.Index("boot-large")
+	createIndex(t, c, ix, 4, 0)
+	const n = 20000
+	for start := 0; start < n; start += 2000 {
+		var bulk strings.Builder
+		for i := start; i < start+2000; i++ {
+			fmt.Fprintf(&bulk, "{\"index\":{\"_index\":%q,\"_id\":\"%d\"}}\n{\"n\":%d,\"pad\":\"%s\"}\n", ix, i, i, strings.Repeat("x", 200))
+		}
+		if b := mustDo(t, "POST", c.URL()+"/_bulk", bulk.String()); strings.Contains(string(b), `"errors":true`) {
+			t.Fatalf("seed: %.500s", b)
+		}
+	}
+	mustDo(t, "POST", c.URL()+"/"+ix+"/_refresh", "")
+	srv := redistest.Start(t)
+	f := startRelay(t, c, srv.URL(), "boot", []string{ix}, func(cfg *relay.Config) { cfg.BatchSize = 1000 })
+	waitCaughtUp(t, c, f.store, []string{ix}, 60*time.Second)
+	client, err := es.New(inspect(c).esConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	res, err := bootstrap.Copy(context.Background(), bootstrap.Config{ES: client, Redis: f.rdb, Feed: "boot",
+		Handler: func(_ context.Context, e redisx.Event) error {
+			if e.Op == redisx.OpUpsert {
+				mu.Lock()
+				seen[e.ID]++
+				mu.Unlock()
+			}
+			return nil
+		}, Logger: newTestLogger(testWriter{t})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != n || res.Documents[ix] != n {
+		t.Fatalf("%d distinct documents handed, %v counted; want %d", len(seen), res.Documents, n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Fatalf("document %s handed %d times", id, k)
+		}
+	}
+	t.Logf("bootstrap copy of %d documents (4 shards, pages of 1000): %s, %.0f documents/s",
+		n, res.Duration.Round(time.Millisecond), float64(n)/res.Duration.Seconds())
 }
