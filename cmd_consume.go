@@ -27,7 +27,9 @@ func consumeCommand() *cli.Command {
 			&cli.StringFlag{Name: "consumer", Usage: "this consumer's name in the group (default <host>-<pid>)", Sources: cli.EnvVars("ESCF_CONSUMER")},
 			&cli.IntFlag{Name: "workers", Value: redisx.DefaultWorkers, Usage: "lanes: events of one document always go to the same lane", Sources: cli.EnvVars("ESCF_WORKERS")},
 			readPartitionsFlag(),
-			&cli.StringFlag{Name: "start", Value: "0", Usage: "where a new group starts: 0 (the whole stream) or $ (new events)", Sources: cli.EnvVars("ESCF_START")},
+			&cli.StringFlag{Name: "start", Value: "0", Usage: "where a new group starts: 0 (the whole stream; refused once the stream was trimmed: use --bootstrap) or $ (new events only)", Sources: cli.EnvVars("ESCF_START")},
+			&cli.BoolFlag{Name: "bootstrap", Usage: "join the feed with no gap however much was trimmed, or re-initialize a group that lost history: copy the cluster's current documents (--es) through the sink, then follow the stream from where it was when the copy began", Sources: cli.EnvVars("ESCF_BOOTSTRAP")},
+			&cli.BoolFlag{Name: "bootstrap-only", Usage: "with --bootstrap: exit 0 once the copy is done and the group positioned (its events are then for workers of your own)", Sources: cli.EnvVars("ESCF_BOOTSTRAP_ONLY")},
 			&cli.IntFlag{Name: "prefetch", Usage: "most events read and not yet done (default 16 × workers)", Sources: cli.EnvVars("ESCF_PREFETCH")},
 			&cli.DurationFlag{Name: "min-idle", Value: redisx.DefaultMinIdle, Usage: "a dead consumer's pending events are reclaimed after this idle time", Sources: cli.EnvVars("ESCF_MIN_IDLE")},
 			&cli.IntFlag{Name: "max-deliveries", Value: redisx.DefaultMaxDeliveries, Usage: "attempts before an event goes to the dead-letter stream", Sources: cli.EnvVars("ESCF_MAX_DELIVERIES")},
@@ -45,7 +47,7 @@ func consumeCommand() *cli.Command {
 			&cli.StringFlag{Name: "cache-mode", Value: "del", Usage: "redis sink: del (invalidate) or set (write the document)", Sources: cli.EnvVars("ESCF_CACHE_MODE")},
 			&cli.DurationFlag{Name: "cache-ttl", Usage: "redis sink: TTL of keys written in set mode (0: none)", Sources: cli.EnvVars("ESCF_CACHE_TTL")},
 			metricsFlag(),
-		}, slices.Concat(clusterFlags("bulk", "ESCF_BULK", "the bulk sink's target cluster"), logFlags(),
+		}, slices.Concat(bootstrapFlags(), clusterFlags("bulk", "ESCF_BULK", "the bulk sink's target cluster"), logFlags(),
 			redisFlags("redis", "ESCF_REDIS", "the feed's Redis", defaultRedisURL),
 			redisFlags("cache-redis", "ESCF_CACHE_REDIS", "the redis sink's cache (default: the feed's Redis)", ""))...),
 		Action: consumeAction,
@@ -97,6 +99,18 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 	s, err := newSink(pctx, cmd, rdb, keys, log)
 	if err != nil {
 		return err
+	}
+	if err := needs(cmd, "bootstrap", "bootstrap-only"); err != nil {
+		return err
+	}
+	if cmd.Bool("bootstrap") {
+		if err := bootstrapGroup(ctx, cmd, rdb, feed, group, partitions, s, log); err != nil {
+			_ = s.Close(context.WithoutCancel(ctx))
+			return err
+		}
+		if cmd.Bool("bootstrap-only") {
+			return s.Close(context.WithoutCancel(ctx))
+		}
 	}
 	consumer := cmd.String("consumer")
 	if consumer == "" {
