@@ -29,7 +29,7 @@ func (c *copier) reconcile(ctx context.Context, ix *indexCopy, present *idSet, l
 	var cands []sink.HeldDoc
 	held, err := c.cfg.Reconciler.Held(ctx, ix.name, ix.uuid, c.cfg.PageSize, func(page []sink.HeldDoc) error {
 		for _, h := range page {
-			if !present.has(h.ID, h.Routing) {
+			if !present.has(h) {
 				cands = append(cands, h)
 			}
 		}
@@ -125,6 +125,7 @@ func (c *copier) recheck(ctx context.Context, ix *indexCopy, cands []sink.HeldDo
 		}
 		for _, r := range refs {
 			found[docHash(r.ID, r.Routing)] = true
+			found[shardHash(r.ID, shard)] = true
 		}
 	}
 	for shard, sc := range primaries {
@@ -134,7 +135,7 @@ func (c *copier) recheck(ctx context.Context, ix *indexCopy, cands []sink.HeldDo
 	}
 	var gone []sink.HeldDoc
 	for _, h := range cands {
-		if !found[docHash(h.ID, h.Routing)] {
+		if !found[heldHash(h)] {
 			gone = append(gone, h)
 		}
 	}

@@ -192,6 +192,12 @@ func TestCopy_ReconcileStamps(t *testing.T) {
 	r.do(t, "PUT", "/orders", `{"settings":{"number_of_shards":2,"number_of_replicas":0}}`)
 	seed(t, r, "orders", 20)
 	r.waitCaughtUp(t, "orders")
+	shardOf0 := -1
+	for k := range clusterDocs(t, r.url, "orders") {
+		if k.id == "0" {
+			shardOf0 = k.shard
+		}
+	}
 	var once sync.Once
 	fs := &fakeSink{
 		held: []sink.HeldDoc{
@@ -201,6 +207,8 @@ func TestCopy_ReconcileStamps(t *testing.T) {
 			{ID: "old", Shard: -1, SeqNo: 900, Older: true},       // of an older index
 			{ID: "late", Shard: -1, SeqNo: 1},                     // created after the views
 			{ID: "1", Routing: "elsewhere", Shard: -1, SeqNo: 2},  // the id lives on with another routing
+			{ID: "0", Shard: shardOf0, SeqNo: 0},                  // known by its shard, not its routing: in the copy
+			{ID: "0", Shard: 1 - shardOf0, SeqNo: 5},              // the same id on the other shard: gone
 		},
 		listed: func() { once.Do(func() { r.do(t, "PUT", "/orders/_doc/late?refresh=true", `{"late":true}`) }) },
 	}
@@ -230,6 +238,7 @@ func TestCopy_ReconcileStamps(t *testing.T) {
 	}
 	sort.Strings(got)
 	want := []string{
+		fmt.Sprintf("0/ shard %d seq 5", 1-shardOf0),
 		"1/elsewhere shard -1 seq 2",
 		"gone-routed/x shard 1 seq 7",
 		"gone/ shard -1 seq 3",
@@ -239,7 +248,7 @@ func TestCopy_ReconcileStamps(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) || !endAfter {
 		t.Fatalf("deletes %q (snapshot_end after them: %v)\nwant %q", got, endAfter, want)
 	}
-	if res.Removed["orders"] != 4 || res.Kept["orders"] != 0 {
-		t.Fatalf("result %+v, want 4 removed", res)
+	if res.Removed["orders"] != 5 || res.Kept["orders"] != 0 {
+		t.Fatalf("result %+v, want 5 removed", res)
 	}
 }

@@ -17,7 +17,7 @@ import (
 type shardCopy struct {
 	n        int64    // upserts handed
 	deferred int64    // documents of the view left to the stream (above the relay's checkpoint)
-	present  []uint64 // identities (docHash) of every document of the view, when reconciling
+	present  []uint64 // identities (docHash, shardHash) of every document of the view, when reconciling
 }
 
 // copyShard hands the documents of one shard from one settled, complete
@@ -97,7 +97,7 @@ func (c *copier) copyShardOnce(ctx context.Context, ix *indexCopy, shard int) (s
 		evs := make([]redisx.Event, 0, len(hits))
 		for _, h := range hits {
 			if c.cfg.Reconciler != nil {
-				out.present = append(out.present, docHash(h.ID, h.Routing))
+				out.present = append(out.present, docHash(h.ID, h.Routing), shardHash(h.ID, shard))
 			}
 			if !fst.read || h.SeqNo > fst.checkpoint {
 				out.deferred++

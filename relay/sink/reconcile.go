@@ -12,10 +12,14 @@ var ErrNotReconcilable = errors.New("the sink cannot say which source index its 
 // HeldDoc is a document a sink holds, with the order of the event the sink
 // last applied to it.
 type HeldDoc struct {
-	ID      string
+	ID string
+	// Routing is the document's custom routing ("" for none). With Shard
+	// -1 the document is identified by ID and Routing, so it must be the
+	// routing the document was written with.
 	Routing string
-	// Shard is the source shard the sink knows the document by, or -1 when
-	// it does not know it (the bulk sink: a target index has shards of its
+	// Shard is the source shard the sink knows the document by (it is then
+	// identified by ID and Shard, as the feed's fences do), or -1 when it
+	// does not know it (the bulk sink: a target index has shards of its
 	// own).
 	Shard int
 	// SeqNo is the seq no of the upsert the sink applied last, when that
