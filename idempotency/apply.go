@@ -59,42 +59,52 @@ func (d Del) args() ([]string, string, string, string, error) {
 // fence, and records the event's order, in one Lua script: atomically, so
 // no other writer can slip between check, effect and record. applied is
 // false when the fence already held this order or a higher one (a
-// redelivery or an older version): nothing was written. Events that are
-// not about one document are not fenced: the effect is performed and
-// nothing is recorded.
+// redelivery or an older version), or when the event's index ended
+// (EndIndex): nothing was written. Events that are not about one document
+// are not fenced: the effect is performed and nothing is recorded; an
+// index_deleted event does not end the index's fences here (call EndIndex
+// when it has been handled, as Middleware and the Redis sink do).
 //
 // The fence is checked before any write; if the script fails, nothing was
 // recorded and the event can be retried. In Redis Cluster every effect key
-// must hash to the fence's slot; otherwise the server's CROSSSLOT error is
-// returned as is.
+// must hash to the slot of the document's fence: with Config.SlotOf
+// returning the effect's key it does, whatever the key; otherwise the
+// server's CROSSSLOT error is returned as is.
 func (f *Fence) ApplyRedis(ctx context.Context, e redisx.Event, effect Effect) (applied bool, err error) {
-	keys := []string{f.key}
+	var ek []string
 	kind, value, ttl := "none", "", "0"
 	if effect != nil {
-		var ek []string
 		ek, kind, value, ttl, err = effect.args()
 		if err != nil {
 			return false, err
 		}
-		keys = append(keys, ek...)
 	}
-	field, order := "", ""
+	var p place
+	order := ""
 	if Fenced(e) {
 		o, err := Order(e)
 		if err != nil {
 			return false, err
 		}
-		field, order = Identity(e), strconv.FormatUint(o, 10)
+		if f.endedHere(e.IndexUUID) {
+			return false, nil
+		}
+		p, order = f.place(e), strconv.FormatUint(o, 10)
+	} else {
+		if len(ek) == 0 {
+			return true, nil // nothing to fence, nothing to do
+		}
+		p = place{key: ek[0]} // field "": the script performs the effect only
 	}
-	n, err := applyScript.Run(ctx, f.client, keys, field, order, kind, value, ttl).Int()
+	n, err := applyScript.Run(ctx, f.client, p.keys(ek...), p.args(order, kind, value, ttl)...).Int()
 	if err != nil {
 		if redis.HasErrorPrefix(err, "CROSSSLOT") {
 			return false, err
 		}
-		if field == "" {
+		if order == "" {
 			return false, fmt.Errorf("apply %s event (%s): %w", e.Op, kind, err)
 		}
-		return false, fmt.Errorf("apply %s of %s order %s through fence %s (%s): %w", e.Op, field, order, f.key, kind, scriptErr(err))
+		return false, fmt.Errorf("apply %s of %s order %s through fence %s (%s): %w", e.Op, Identity(e), order, p.key, kind, scriptErr(err))
 	}
 	return n == 1, nil
 }

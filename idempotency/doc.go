@@ -8,16 +8,37 @@
 // (see Order). A delete's seq_no is the shard checkpoint at the scan that
 // found it, at least the seq_no of the document's last upsert, so a delete
 // orders after an upsert with the same seq_no; a re-created document has a
-// higher seq_no still. A document is identified by
-// "<index_uuid>/<shard>/<id>" (see Identity). Events that are not about one
-// document (index_deleted, snapshot_start, snapshot_end) are not fenced:
+// higher seq_no still. A document is identified by its index uuid, shard
+// and id (see Identity). Events that are not about one document
+// (index_deleted, snapshot_start, snapshot_end) are not fenced:
 // ShouldApply says yes to them every time.
 //
-// # The fence
+// # Layout
 //
-// A Fence is one Redis hash (redisx.Keys.Fence(name) for a feed's fences):
-// field = identity, value = the order of the last event applied, as a
-// decimal string. The value only ever rises. Two ways to use it:
+// A fence keeps, per document, the order of the last event applied, as a
+// decimal string in a Redis hash field "<shard>/<id>"; the value only ever
+// rises. Each index (uuid) has hashes of its own, so that its fences can be
+// dropped as a unit when it ends (see Config.Prefix):
+//
+//   - "<Prefix>:<index_uuid>": one hash per index (the default);
+//   - "<Prefix>:<index_uuid>:<n>", n < Config.Shards: smaller hashes, and,
+//     with a Prefix that carries no hash tag, spread over a Redis Cluster;
+//   - "<Prefix>:{<tag>}:<index_uuid>" with Config.SlotOf: one hash per index
+//     and hash slot, the tag (SlotTag) naming the slot of the document's
+//     own key, e.g. its cache key. An ApplyRedis script then touches keys of
+//     one slot, whatever the document's key looks like: with or without a
+//     hash tag, with braces in its id.
+//
+// Earlier versions kept every fence of a name in one hash (field
+// "<index_uuid>/<shard>/<id>"), which only grew and, in Redis Cluster, put
+// every key of a sink in its slot. Config.Legacy names that hash (by
+// default Prefix itself, which is where redisx.Keys.Fence put it): a
+// document with no fence in the new layout is fenced by its field there,
+// so an upgrade lets no old event through; it is never written again, and
+// an index's fields leave it when the index ends. Config.Key still selects
+// the old layout (deprecated).
+//
+// # Two ways to use it
 //
 //   - ApplyRedis runs one Lua script that compares the event with the
 //     fence, performs a Redis side effect (Set or Del) and records the
@@ -37,18 +58,62 @@
 //
 // # Redis Cluster
 //
-// A Lua script may only touch keys of one hash slot. The fence hash and
-// every key of an ApplyRedis effect must therefore share a hash tag, for
-// instance "escf:{cache}:fence:orders" with "cache:{cache}:orders:42".
+// A Lua script may only touch keys of one hash slot. With SlotOf
+// returning the effect's key, the fence is in that key's slot (Slot
+// computes it by Redis's hash-tag rule). Without SlotOf the fence's hashes
+// are where Prefix puts them: a Prefix with a hash tag puts them in its
+// slot, and every key of an ApplyRedis effect must then carry that tag,
+// e.g. Prefix "escf:{cache}:fence:orders" with "cache:{cache}:orders:42".
 // Otherwise the server refuses the script with a CROSSSLOT error, which
-// ApplyRedis returns as is.
+// ApplyRedis returns as is. The legacy hash is read only where it shares
+// the document's slot (earlier versions required that of every key).
+//
+// # The end of an index
+//
+// When an index ended (its index_deleted event was handled), EndIndex
+// drops its hashes, and their memory returns. That is safe because an
+// index's uuid never comes back (a re-created index has a new one), and
+// the relay writes index_deleted after every event of the index in the
+// partition's stream (docs/DESIGN.md, "Deletes"): index_deleted is the
+// newest state of every document of the index. What can still reach a
+// consumer afterwards are events written before it: events other lanes or
+// consumers were applying at that moment, pending events reclaimed after
+// --min-idle and retried, and with --partitions the events of the index's
+// other shards, whose streams have no order against this one. None of
+// them is newer than the end. Left unfenced, such an event would be
+// applied (maybe an older version over a newer one) and would write its
+// fence again, with nothing left to remove it. So EndIndex leaves in each
+// hash it drops a marker (field EndedField) that refuses every event of
+// the index, and the marker expires after Config.EndGrace (default 24
+// hours: far beyond a reclaim-and-retry cycle at the consumer's defaults,
+// 60s × 10 deliveries, and beyond the usual lag between partitions); the
+// process that ran EndIndex also remembers the end for the grace. An event
+// of the index that arrives later still, after an outage of a partition's
+// consumers longer than the grace, is applied and fenced as if the index
+// lived, and that fence stays. With SlotOf only the slots that held fences
+// of the index get a marker (one per slot would be about 3 MB per index):
+// in another process, a late event of a document alone in its slot is not
+// refused.
+//
+// The relay emits index_deleted without --deletes, or with
+// --index-deleted-event; with --deletes alone an index ends with one
+// delete per document, and those documents' fences stay (each a delete's
+// order, as for every deleted document).
 //
 // # Growth
 //
-// The hash keeps one field (about 40 bytes plus the document id) for every
-// document it ever fenced, deleted ones included: forgetting a deleted
-// document would let a late, older upsert resurrect it. Use one fence per
-// sink and drop it with the sink.
+// While an index lives, its fences keep one field (about 35 to 60 bytes
+// plus the document id) for every document it ever fenced, deleted ones
+// included: forgetting a deleted document would let a late, older upsert
+// resurrect it. EndIndex returns them; a sink dropped for good can delete
+// the keys of its Prefix.
+//
+// # Permissions
+//
+// ApplyRedis, ShouldApply and Record run scripts (EVALSHA, EVAL) that call
+// HGET and HSET on the fence (and SET or DEL on effect keys). EndIndex's
+// script calls UNLINK, HSET and PEXPIRE; on a legacy or Key hash it runs
+// HSCAN and HDEL.
 //
 // A Fence is safe for concurrent use. Its methods block on Redis round
 // trips and honor the context.

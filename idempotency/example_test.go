@@ -23,7 +23,9 @@ func ExampleFence_ApplyRedis() {
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer client.Close()
 
-	fence, err := idempotency.New(idempotency.Config{Client: client, Key: "{cache}:fence:example"})
+	// One hash per index: "{cache}:fence:example:U1", in the slot of the
+	// cache keys "{cache}:…" (see Config.SlotOf for keys without a tag).
+	fence, err := idempotency.New(idempotency.Config{Client: client, Prefix: "{cache}:fence:example"})
 	if err != nil {
 		panic(err)
 	}
@@ -50,7 +52,9 @@ func ExampleFence_ApplyRedis() {
 }
 
 // Middleware fences any handler: redeliveries and older versions are
-// skipped (and acknowledged); successful events are recorded.
+// skipped (and acknowledged); successful events are recorded; an
+// index_deleted event drops its index's fences, and the index's late
+// events are skipped.
 func ExampleMiddleware() {
 	mr, err := miniredis.Run()
 	if err != nil {
@@ -60,11 +64,16 @@ func ExampleMiddleware() {
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer client.Close()
 
-	fence, err := idempotency.New(idempotency.Config{Client: client, Key: redisx.NewKeys("orders").Fence("mailer")})
+	// Hashes "escf:{orders}:fence:mailer:<index_uuid>".
+	fence, err := idempotency.New(idempotency.Config{Client: client, Prefix: redisx.NewKeys("orders").Fence("mailer")})
 	if err != nil {
 		panic(err)
 	}
 	send := func(ctx context.Context, e redisx.Event) error {
+		if e.Op == redisx.OpIndexDeleted {
+			fmt.Printf("mail: index %s deleted\n", e.IndexUUID)
+			return nil
+		}
 		fmt.Printf("mail about %s %s at seq_no %d\n", e.Op, e.ID, e.SeqNo)
 		return nil
 	}
@@ -74,12 +83,18 @@ func ExampleMiddleware() {
 		{Op: redisx.OpUpsert, IndexUUID: "U1", ID: "42", SeqNo: 1},
 		{Op: redisx.OpUpsert, IndexUUID: "U1", ID: "42", SeqNo: 1}, // redelivered
 		{Op: redisx.OpDelete, IndexUUID: "U1", ID: "42", SeqNo: 1}, // deleted after that version
+		{Op: redisx.OpIndexDeleted, IndexUUID: "U1"},               // the index is gone: its fences go
+		{Op: redisx.OpUpsert, IndexUUID: "U1", ID: "43", SeqNo: 0}, // late: skipped
 	} {
 		if err := h(ctx, e); err != nil {
 			panic(err)
 		}
 	}
+	n, _ := client.Exists(ctx, "escf:{orders}:fence:mailer:U1").Result()
+	fmt.Println("fence hashes left of U1:", n, "(its marker, expiring after Config.EndGrace)")
 	// Output:
 	// mail about upsert 42 at seq_no 1
 	// mail about delete 42 at seq_no 1
+	// mail: index U1 deleted
+	// fence hashes left of U1: 1 (its marker, expiring after Config.EndGrace)
 }

@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"math"
 	"strconv"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -24,52 +29,247 @@ var (
 	ErrBadFenceValue = errors.New("fence field holds a value that is not an order")
 )
 
-// Config configures a Fence.
+// DefaultEndGrace is Config.EndGrace's default: how long the fence of an
+// index that ended keeps refusing its late events.
+const DefaultEndGrace = 24 * time.Hour
+
+// EndedField is the field EndIndex writes into each hash of an ended
+// index (the value: when it ended, in Unix milliseconds). A hash holding
+// it refuses every event.
+const EndedField = "ended"
+
+// Config configures a Fence. Set Prefix (the per-index layout) or Key (the
+// single hash of earlier versions), not both.
 type Config struct {
 	// Client is the Redis client. Required; the caller closes it.
 	Client redis.UniversalClient
-	// Key is the fence hash, e.g. redisx.NewKeys(feed).Fence("mirror").
-	// Required. In Redis Cluster it must share a hash tag with the keys of
-	// ApplyRedis effects.
+	// Prefix starts the names of the fence's hashes, e.g.
+	// redisx.NewKeys(feed).Fence("mirror"). Each index has its own:
+	// "<Prefix>:<index_uuid>", or "<Prefix>:<index_uuid>:<n>" with Shards
+	// > 1, or "<Prefix>:{<tag>}:<index_uuid>" with SlotOf. Field
+	// "<shard>/<id>" → order. In Redis Cluster the hashes of a prefix with
+	// a hash tag share its slot, which the keys of ApplyRedis effects must
+	// then share too (see SlotOf for the other way).
+	Prefix string
+	// Shards splits each index's fences over that many hashes
+	// "<Prefix>:<index_uuid>:<n>", n = FNV-1a("<shard>/<id>") mod Shards:
+	// smaller hashes, and with a Prefix without a hash tag spread over a
+	// Redis Cluster's slots. Fixed for the life of the fence (a document's
+	// hash depends on it). Default 1: one hash per index.
+	Shards int
+	// SlotOf, when set, puts each document's fences in the hash slot of
+	// the key it returns for the event: the document's own key (a cache
+	// key), so that ApplyRedis's script touches one slot whatever that
+	// key is. The hash is "<Prefix>:{<SlotTag(slot)>}:<index_uuid>": per
+	// index and slot. Prefix must then hold no braces, and Shards must be
+	// 0 or 1 (the slots are the shards).
+	SlotOf func(redisx.Event) string
+	// Legacy is a single hash of fences written by earlier versions
+	// (field "<index_uuid>/<shard>/<id>"): a document without a fence in
+	// the new layout is fenced by its field there. It is never written;
+	// EndIndex removes the index's fields from it. In Redis Cluster it is
+	// read only where it shares the document's slot (earlier versions
+	// required that). Default: Prefix itself, where
+	// redisx.Keys.Fence(name) kept the hash before. "-": none.
+	Legacy string
+	// EndGrace is how long EndIndex's markers keep refusing events of an
+	// index that ended (late redeliveries, other partitions' lanes), after
+	// which they expire and nothing of the index is left. Default
+	// DefaultEndGrace (24h).
+	EndGrace time.Duration
+
+	// Key is one hash for every fence, field "<index_uuid>/<shard>/<id>".
+	//
+	// Deprecated: the layout of earlier versions, which grows with every
+	// document ever fenced and keeps every fence in one slot. EndIndex
+	// removes an index's fields from it with HSCAN. Use Prefix.
 	Key string
 }
 
 // Validate names the first bad field.
 func (c Config) Validate() error {
-	if c.Client == nil {
+	switch {
+	case c.Client == nil:
 		return errors.New("fence config: Client is nil")
+	case c.Prefix == "" && c.Key == "":
+		return errors.New("fence config: Prefix is empty: use redisx.NewKeys(feed).Fence(name)")
+	case c.Prefix != "" && c.Key != "":
+		return fmt.Errorf("fence config: set Prefix (%q) or Key (%q), not both", c.Prefix, c.Key)
+	case c.Shards < 0:
+		return fmt.Errorf("fence config: Shards = %d: want 1 or more (0: 1)", c.Shards)
+	case c.EndGrace < 0:
+		return fmt.Errorf("fence config: EndGrace = %s: want more than 0 (0: %s)", c.EndGrace, DefaultEndGrace)
 	}
-	if c.Key == "" {
-		return errors.New("fence config: Key is empty: use redisx.NewKeys(feed).Fence(name)")
+	if c.Key != "" {
+		switch {
+		case c.Shards > 1:
+			return fmt.Errorf("fence config: Shards = %d needs Prefix: Key is one hash", c.Shards)
+		case c.SlotOf != nil:
+			return errors.New("fence config: SlotOf needs Prefix: Key is one hash")
+		case c.Legacy != "":
+			return errors.New("fence config: Legacy needs Prefix: Key is itself the hash of earlier versions")
+		}
+	}
+	if c.SlotOf != nil {
+		if c.Shards > 1 {
+			return fmt.Errorf("fence config: Shards = %d with SlotOf: the hash slots are the shards", c.Shards)
+		}
+		if strings.ContainsAny(c.Prefix, "{}") {
+			return fmt.Errorf("fence config: Prefix %q holds a brace: with SlotOf the fence keys carry a hash tag of their own", c.Prefix)
+		}
 	}
 	return nil
 }
 
-// Fence is a per-document fence in one Redis hash. It is safe for
-// concurrent use.
+// Fence is a per-document fence in Redis hashes. It is safe for concurrent
+// use.
 type Fence struct {
-	client redis.UniversalClient
-	key    string
+	client  redis.UniversalClient
+	cluster bool
+	prefix  string
+	shards  int
+	slotOf  func(redisx.Event) string
+	legacy  string
+	lslot   int    // Slot(legacy)
+	single  string // Config.Key
+	grace   time.Duration
+	ended   sync.Map // index uuid -> time.Time EndIndex ran in this process
 }
 
-// New returns a fence over the hash cfg.Key. It does not touch Redis.
+// New returns a fence with cfg. It does not touch Redis.
 func New(cfg Config) (*Fence, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Fence{client: cfg.Client, key: cfg.Key}, nil
+	f := &Fence{client: cfg.Client, prefix: cfg.Prefix, shards: max(cfg.Shards, 1), slotOf: cfg.SlotOf,
+		legacy: cfg.Legacy, single: cfg.Key, grace: cfg.EndGrace}
+	_, f.cluster = cfg.Client.(*redis.ClusterClient)
+	switch {
+	case f.single != "":
+		f.legacy = ""
+	case f.legacy == "":
+		f.legacy = f.prefix
+	case f.legacy == "-":
+		f.legacy = ""
+	}
+	if f.grace == 0 {
+		f.grace = DefaultEndGrace
+	}
+	f.lslot = Slot(f.legacy)
+	return f, nil
 }
 
-// Key is the fence hash.
-func (f *Fence) Key() string { return f.key }
+// Key is the single hash of Config.Key, "" for the per-index layout.
+//
+// Deprecated: use KeyOf.
+func (f *Fence) Key() string { return f.single }
+
+// KeyOf is the hash and field that hold the event's document fence.
+func (f *Fence) KeyOf(e redisx.Event) (key, field string) {
+	if f.single != "" {
+		return f.single, Identity(e)
+	}
+	field = strconv.Itoa(e.Shard) + "/" + e.ID
+	switch {
+	case f.slotOf != nil:
+		return f.slotKey(SlotTag(Slot(f.slotOf(e))), e.IndexUUID), field
+	case f.shards > 1:
+		return f.shardKey(e.IndexUUID, shardOf(field, f.shards)), field
+	}
+	return f.prefix + ":" + e.IndexUUID, field
+}
+
+func (f *Fence) slotKey(tag, uuid string) string { return f.prefix + ":{" + tag + "}:" + uuid }
+
+func (f *Fence) shardKey(uuid string, n int) string {
+	return f.prefix + ":" + uuid + ":" + strconv.Itoa(n)
+}
+
+// shardOf is FNV-1a of field mod shards.
+func shardOf(field string, shards int) int {
+	h := fnv.New32a()
+	h.Write([]byte(field))
+	return int(h.Sum32() % uint32(shards))
+}
+
+// indexKeys are every hash the fences of an index can be in.
+func (f *Fence) indexKeys(uuid string) []string {
+	switch {
+	case f.single != "":
+		return nil
+	case f.slotOf != nil:
+		keys := make([]string, Slots)
+		for s := range keys {
+			keys[s] = f.slotKey(SlotTag(s), uuid)
+		}
+		return keys
+	case f.shards > 1:
+		keys := make([]string, f.shards)
+		for n := range keys {
+			keys[n] = f.shardKey(uuid, n)
+		}
+		return keys
+	}
+	return []string{f.prefix + ":" + uuid}
+}
+
+// place is where a script finds a document's fence: its hash and field,
+// and the legacy hash and field to fall back on ("" = none).
+type place struct {
+	key, field, legacy, legacyField string
+	marked                          bool // the hash may hold EndedField
+}
+
+func (f *Fence) place(e redisx.Event) place {
+	p := place{marked: f.single == ""}
+	p.key, p.field = f.KeyOf(e)
+	if f.legacy != "" && (!f.cluster || f.lslot == Slot(p.key)) {
+		p.legacy, p.legacyField = f.legacy, Identity(e)
+	}
+	return p
+}
+
+// keys are the script's KEYS[1] (the hash) and KEYS[2] (the legacy hash,
+// or the hash again), then extra.
+func (p place) keys(extra ...string) []string {
+	l := p.legacy
+	if l == "" {
+		l = p.key
+	}
+	return append([]string{p.key, l}, extra...)
+}
+
+// args are the script's ARGV[1..3]: field, legacy field, "1" when the
+// hash may hold EndedField.
+func (p place) args(more ...any) []any {
+	m := "0"
+	if p.marked {
+		m = "1"
+	}
+	return append([]any{p.field, p.legacyField, m}, more...)
+}
+
+// endedHere reports whether EndIndex ended the index in this process within
+// the grace: its events are refused without asking Redis.
+func (f *Fence) endedHere(uuid string) bool {
+	v, ok := f.ended.Load(uuid)
+	if !ok {
+		return false
+	}
+	if time.Since(v.(time.Time)) > f.grace {
+		f.ended.Delete(uuid)
+		return false
+	}
+	return true
+}
 
 // Fenced reports whether the event is about one document (upsert, delete)
 // and so has an order.
 func Fenced(e redisx.Event) bool { return e.Op == redisx.OpUpsert || e.Op == redisx.OpDelete }
 
-// Identity is the document's field in a fence hash:
-// "<index_uuid>/<shard>/<id>". The id comes last, so slashes in it are
-// harmless.
+// Identity is the document's identity "<index_uuid>/<shard>/<id>": its
+// field in the single hash of Config.Key and of Config.Legacy. The id
+// comes last, so slashes in it are harmless.
 func Identity(e redisx.Event) string {
 	return e.IndexUUID + "/" + strconv.Itoa(e.Shard) + "/" + e.ID
 }
@@ -93,28 +293,38 @@ func Order(e redisx.Event) (uint64, error) {
 	return o, nil
 }
 
-// Recorded returns the order stored for the event's document; ok is false
-// when none is.
+// Recorded returns the order stored for the event's document (in its
+// hash, else in the legacy hash); ok is false when none is. A document of
+// an index that ended reads as math.MaxUint64: every order is refused.
 func (f *Fence) Recorded(ctx context.Context, e redisx.Event) (order uint64, ok bool, err error) {
-	field := Identity(e)
-	s, err := f.client.HGet(ctx, f.key, field).Result()
-	if errors.Is(err, redis.Nil) {
-		return 0, false, nil
+	if f.endedHere(e.IndexUUID) {
+		return math.MaxUint64, true, nil
 	}
+	p := f.place(e)
+	res, err := readScript.Run(ctx, f.client, p.keys(), p.args()...).Slice()
 	if err != nil {
-		return 0, false, fmt.Errorf("read fence %s field %s: %w", f.key, field, err)
+		return 0, false, fmt.Errorf("read fence %s field %s: %w", p.key, p.field, err)
 	}
+	state, _ := res[0].(int64)
+	switch state {
+	case 0:
+		return 0, false, nil
+	case 2:
+		return math.MaxUint64, true, nil
+	}
+	s, _ := res[1].(string)
 	order, err = strconv.ParseUint(s, 10, 64)
 	if err != nil {
-		return 0, false, fmt.Errorf("read fence %s field %s = %q: %w", f.key, field, s, ErrBadFenceValue)
+		return 0, false, fmt.Errorf("read fence %s field %s = %q: %w", p.key, p.field, s, ErrBadFenceValue)
 	}
 	return order, true, nil
 }
 
 // ShouldApply reports whether the event is newer than anything recorded
 // for its document: true when nothing was recorded or the stored order is
-// lower. Events that are not about one document are always applied. It
-// only reads; Record or ApplyRedis write.
+// lower, false too when its index ended (EndIndex). Events that are not
+// about one document are always applied. It only reads; Record or
+// ApplyRedis write.
 func (f *Fence) ShouldApply(ctx context.Context, e redisx.Event) (bool, error) {
 	if !Fenced(e) {
 		return true, nil
@@ -132,7 +342,8 @@ func (f *Fence) ShouldApply(ctx context.Context, e redisx.Event) (bool, error) {
 
 // Record stores the event's order for its document if it is greater than
 // the stored one (a Lua compare-and-set: it never lowers the order). Events
-// that are not about one document are not recorded.
+// that are not about one document, and events of an index that ended, are
+// not recorded.
 func (f *Fence) Record(ctx context.Context, e redisx.Event) error {
 	if !Fenced(e) {
 		return nil
@@ -141,18 +352,23 @@ func (f *Fence) Record(ctx context.Context, e redisx.Event) error {
 	if err != nil {
 		return err
 	}
-	field := Identity(e)
-	if err := recordScript.Run(ctx, f.client, []string{f.key}, field, strconv.FormatUint(o, 10)).Err(); err != nil {
-		return fmt.Errorf("record %s order %d in fence %s: %w", field, o, f.key, scriptErr(err))
+	if f.endedHere(e.IndexUUID) {
+		return nil
+	}
+	p := f.place(e)
+	if err := recordScript.Run(ctx, f.client, p.keys(), p.args(strconv.FormatUint(o, 10))...).Err(); err != nil {
+		return fmt.Errorf("record %s order %d in fence %s: %w", Identity(e), o, p.key, scriptErr(err))
 	}
 	return nil
 }
 
 // Middleware skips events the fence has seen (it returns nil, so the pool
 // acknowledges them) and records an event after the wrapped handler
-// succeeded. If Record fails the event is retried and the handler sees it
-// again: the handler must tolerate a repeat of the same event. See the
-// package doc for what it does not prevent across consumers.
+// succeeded. After the handler applied an index_deleted event it ends the
+// index's fences (EndIndex). If Record or EndIndex fails the event is
+// retried and the handler sees it again: the handler must tolerate a
+// repeat of the same event. See the package doc for what it does not
+// prevent across consumers.
 func Middleware(f *Fence) redisx.Middleware {
 	return func(next redisx.Handler) redisx.Handler {
 		return func(ctx context.Context, e redisx.Event) error {
@@ -162,6 +378,9 @@ func Middleware(f *Fence) redisx.Middleware {
 			}
 			if err := next(ctx, e); err != nil {
 				return err
+			}
+			if e.Op == redisx.OpIndexDeleted && e.IndexUUID != "" {
+				return f.EndIndex(ctx, e.IndexUUID)
 			}
 			return f.Record(ctx, e)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -30,16 +31,75 @@ func fenceDelete(id string, seq int64) redisx.Event {
 	return redisx.Event{Op: redisx.OpDelete, Index: "i", IndexUUID: "u", Shard: 0, ID: id, SeqNo: seq}
 }
 
-// newTestFence starts a redis-server and returns a fence named for the test
-// and a client to the server.
-func newTestFence(tb testing.TB) (*idempotency.Fence, *redis.Client) {
+// layout is a way to lay fences out in Redis; every behavior test runs on
+// each.
+type layout struct {
+	name string
+	cfg  func(name string) idempotency.Config // without Client
+}
+
+var layouts = []layout{
+	{name: "per index", cfg: func(n string) idempotency.Config {
+		return idempotency.Config{Prefix: redisx.NewKeys("fencetest").Fence(n)}
+	}},
+	{name: "per index sharded", cfg: func(n string) idempotency.Config {
+		return idempotency.Config{Prefix: redisx.NewKeys("fencetest").Fence(n), Shards: 4}
+	}},
+	{name: "per index and slot", cfg: func(n string) idempotency.Config {
+		return idempotency.Config{Prefix: "escf:fence:" + n, SlotOf: func(e redisx.Event) string { return "doc:" + e.ID }}
+	}},
+	{name: "single hash (deprecated)", cfg: func(n string) idempotency.Config {
+		return idempotency.Config{Key: redisx.NewKeys("fencetest").Fence(n)}
+	}},
+}
+
+// eachLayout runs test once per layout, as a subtest.
+func eachLayout(t *testing.T, test func(t *testing.T, l layout)) {
+	t.Helper()
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) { test(t, l) })
+	}
+}
+
+// inUUID is e moved to index uuid.
+func inUUID(e redisx.Event, uuid string) redisx.Event {
+	e.IndexUUID = uuid
+	return e
+}
+
+// newTestFence starts a redis-server and returns a fence of layout l
+// named for the test and a client to the server.
+func newTestFence(tb testing.TB, l layout) (*idempotency.Fence, *redis.Client) {
 	tb.Helper()
 	c := redistest.Start(tb).Client(tb)
-	f, err := idempotency.New(idempotency.Config{Client: c, Key: redisx.NewKeys("fencetest").Fence(tb.Name())})
+	return newFenceOn(tb, c, l.cfg(tb.Name())), c
+}
+
+// newFenceOn returns a fence with cfg on client c.
+func newFenceOn(tb testing.TB, c redis.UniversalClient, cfg idempotency.Config) *idempotency.Fence {
+	tb.Helper()
+	cfg.Client = c
+	f, err := idempotency.New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return f, c
+	return f
+}
+
+// dbState is every key of the database with its type and content, for
+// comparing before and after.
+func dbState(tb testing.TB, c *redis.Client) map[string]string {
+	tb.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	for _, k := range c.Keys(ctx, "*").Val() {
+		d, err := c.Dump(ctx, k).Result()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out[k] = d
+	}
+	return out
 }
 
 func TestOrder(t *testing.T) {
@@ -86,14 +146,28 @@ func TestIdentity(t *testing.T) {
 func TestNew_Validate(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
+	slotOf := func(e redisx.Event) string { return e.ID }
 	tests := []struct {
 		name string
 		cfg  idempotency.Config
 		ok   bool
 	}{
-		{name: "ok", cfg: idempotency.Config{Client: c, Key: "k"}, ok: true},
-		{name: "no client", cfg: idempotency.Config{Key: "k"}},
-		{name: "no key", cfg: idempotency.Config{Client: c}},
+		{name: "per index", cfg: idempotency.Config{Client: c, Prefix: "p"}, ok: true},
+		{name: "sharded", cfg: idempotency.Config{Client: c, Prefix: "p", Shards: 8}, ok: true},
+		{name: "per slot", cfg: idempotency.Config{Client: c, Prefix: "p", SlotOf: slotOf}, ok: true},
+		{name: "legacy and grace", cfg: idempotency.Config{Client: c, Prefix: "p", Legacy: "old", EndGrace: time.Hour}, ok: true},
+		{name: "single hash (deprecated)", cfg: idempotency.Config{Client: c, Key: "k"}, ok: true},
+		{name: "no client", cfg: idempotency.Config{Prefix: "p"}},
+		{name: "no prefix", cfg: idempotency.Config{Client: c}},
+		{name: "prefix and key", cfg: idempotency.Config{Client: c, Prefix: "p", Key: "k"}},
+		{name: "negative shards", cfg: idempotency.Config{Client: c, Prefix: "p", Shards: -1}},
+		{name: "negative grace", cfg: idempotency.Config{Client: c, Prefix: "p", EndGrace: -time.Second}},
+		{name: "shards with per slot", cfg: idempotency.Config{Client: c, Prefix: "p", Shards: 2, SlotOf: slotOf}},
+		{name: "braces with per slot", cfg: idempotency.Config{Client: c, Prefix: "p:{x}", SlotOf: slotOf}},
+		{name: "a lone brace with per slot", cfg: idempotency.Config{Client: c, Prefix: "p{", SlotOf: slotOf}},
+		{name: "key with shards", cfg: idempotency.Config{Client: c, Key: "k", Shards: 2}},
+		{name: "key with per slot", cfg: idempotency.Config{Client: c, Key: "k", SlotOf: slotOf}},
+		{name: "key with legacy", cfg: idempotency.Config{Client: c, Key: "k", Legacy: "old"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -140,185 +214,190 @@ func TestFence_ShouldApply(t *testing.T) {
 			{redisx.Event{Op: redisx.OpIndexDeleted, Index: "i", IndexUUID: "u"}, true},
 		}},
 	}
-	f, _ := newTestFence(t)
-	ctx := context.Background()
-	for i, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			for j, s := range tt.steps {
-				s.e.IndexUUID += strconv.Itoa(i) // a fresh document per case
-				got, err := f.ShouldApply(ctx, s.e)
-				if err != nil {
-					t.Fatalf("step %d: %v", j, err)
-				}
-				if got != s.want {
-					t.Fatalf("step %d (%s seq_no %d): ShouldApply = %v, want %v", j, s.e.Op, s.e.SeqNo, got, s.want)
-				}
-				if got {
-					if err := f.Record(ctx, s.e); err != nil {
-						t.Fatalf("step %d: Record: %v", j, err)
+	eachLayout(t, func(t *testing.T, l layout) {
+		f, _ := newTestFence(t, l)
+		ctx := context.Background()
+		for i, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				for j, s := range tt.steps {
+					s.e.IndexUUID += strconv.Itoa(i) // a fresh document per case
+					got, err := f.ShouldApply(ctx, s.e)
+					if err != nil {
+						t.Fatalf("step %d: %v", j, err)
+					}
+					if got != s.want {
+						t.Fatalf("step %d (%s seq_no %d): ShouldApply = %v, want %v", j, s.e.Op, s.e.SeqNo, got, s.want)
+					}
+					if got {
+						if err := f.Record(ctx, s.e); err != nil {
+							t.Fatalf("step %d: Record: %v", j, err)
+						}
 					}
 				}
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
 func TestFence_Record(t *testing.T) {
-	f, c := newTestFence(t)
-	ctx := context.Background()
-	tests := []struct {
-		name string
-		seqs []int64 // upserts recorded in this order
-		want uint64
-	}{
-		{name: "rises", seqs: []int64{1, 2, 3}, want: 6},
-		{name: "never lowers", seqs: []int64{10, 4, 0}, want: 20},
-		{name: "equal keeps", seqs: []int64{7, 7}, want: 14},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			id := tt.name
-			for _, s := range tt.seqs {
-				if err := f.Record(ctx, fenceUpsert(id, s)); err != nil {
-					t.Fatal(err)
+	eachLayout(t, func(t *testing.T, l layout) {
+		f, c := newTestFence(t, l)
+		ctx := context.Background()
+		tests := []struct {
+			name string
+			seqs []int64 // upserts recorded in this order
+			want uint64
+		}{
+			{name: "rises", seqs: []int64{1, 2, 3}, want: 6},
+			{name: "never lowers", seqs: []int64{10, 4, 0}, want: 20},
+			{name: "equal keeps", seqs: []int64{7, 7}, want: 14},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				id := tt.name
+				for _, s := range tt.seqs {
+					if err := f.Record(ctx, fenceUpsert(id, s)); err != nil {
+						t.Fatal(err)
+					}
 				}
+				got, ok, err := f.Recorded(ctx, fenceUpsert(id, 0))
+				if err != nil || !ok {
+					t.Fatalf("Recorded: %d %v %v", got, ok, err)
+				}
+				if got != tt.want {
+					t.Errorf("got %d, want %d", got, tt.want)
+				}
+			})
+		}
+		t.Run("unfenced events are not recorded", func(t *testing.T) {
+			before := dbState(t, c)
+			if err := f.Record(ctx, redisx.Event{Op: redisx.OpSnapshotEnd, Counts: map[string]int64{}}); err != nil {
+				t.Fatal(err)
 			}
-			got, ok, err := f.Recorded(ctx, fenceUpsert(id, 0))
-			if err != nil || !ok {
-				t.Fatalf("Recorded: %d %v %v", got, ok, err)
-			}
-			if got != tt.want {
-				t.Errorf("got %d, want %d", got, tt.want)
+			if after := dbState(t, c); !maps.Equal(after, before) {
+				t.Errorf("Record of snapshot_end changed Redis: %v, was %v", after, before)
 			}
 		})
-	}
-	t.Run("unfenced events are not recorded", func(t *testing.T) {
-		if err := f.Record(ctx, redisx.Event{Op: redisx.OpSnapshotEnd, Counts: map[string]int64{}}); err != nil {
-			t.Fatal(err)
-		}
-		n, err := c.HLen(ctx, f.Key()).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, want := n, int64(3); got != want {
-			t.Errorf("fence has %d fields, want %d", got, want)
-		}
-	})
-	t.Run("a foreign value is an error", func(t *testing.T) {
-		e := fenceUpsert("foreign", 1)
-		c.HSet(ctx, f.Key(), idempotency.Identity(e), "x12")
-		if err := f.Record(ctx, e); !errors.Is(err, idempotency.ErrBadFenceValue) {
-			t.Errorf("Record: err = %v, want ErrBadFenceValue", err)
-		}
-		if _, err := f.ShouldApply(ctx, e); !errors.Is(err, idempotency.ErrBadFenceValue) {
-			t.Errorf("ShouldApply: err = %v, want ErrBadFenceValue", err)
-		}
+		t.Run("a foreign value is an error", func(t *testing.T) {
+			e := fenceUpsert("foreign", 1)
+			key, field := f.KeyOf(e)
+			c.HSet(ctx, key, field, "x12")
+			if err := f.Record(ctx, e); !errors.Is(err, idempotency.ErrBadFenceValue) {
+				t.Errorf("Record: err = %v, want ErrBadFenceValue", err)
+			}
+			if _, err := f.ShouldApply(ctx, e); !errors.Is(err, idempotency.ErrBadFenceValue) {
+				t.Errorf("ShouldApply: err = %v, want ErrBadFenceValue", err)
+			}
+		})
 	})
 }
 
 func TestFence_ApplyRedis(t *testing.T) {
-	f, c := newTestFence(t)
-	ctx := context.Background()
-	type step struct {
-		e      redisx.Event
-		effect idempotency.Effect
-		want   bool   // applied
-		value  string // of key "v:<case>" afterwards; "" = missing
-	}
-	set := func(key string, seq int64) idempotency.Effect {
-		return idempotency.Set{Key: key, Value: []byte(strconv.FormatInt(seq, 10))}
-	}
-	tests := []struct {
-		name  string
-		steps func(key string) []step
-	}{
-		{name: "newer overwrites, older and equal are refused", steps: func(k string) []step {
-			return []step{
-				{fenceUpsert("d", 2), set(k, 2), true, "2"},
-				{fenceUpsert("d", 5), set(k, 5), true, "5"},
-				{fenceUpsert("d", 3), set(k, 3), false, "5"},
-				{fenceUpsert("d", 5), set(k, 5), false, "5"},
-			}
-		}},
-		{name: "delete after upsert with the same seq_no, then a late upsert", steps: func(k string) []step {
-			return []step{
-				{fenceUpsert("d", 4), set(k, 4), true, "4"},
-				{fenceDelete("d", 4), idempotency.Del{Keys: []string{k}}, true, ""},
-				{fenceUpsert("d", 4), set(k, 4), false, ""},
-				{fenceUpsert("d", 3), set(k, 3), false, ""},
-				{fenceUpsert("d", 6), set(k, 6), true, "6"},
-			}
-		}},
-		{name: "nil effect records only", steps: func(k string) []step {
-			return []step{
-				{fenceUpsert("d", 4), nil, true, ""},
-				{fenceUpsert("d", 3), set(k, 3), false, ""},
-			}
-		}},
-		{name: "unfenced events always apply", steps: func(k string) []step {
-			return []step{
-				{redisx.Event{Op: redisx.OpSnapshotStart}, set(k, 1), true, "1"},
-				{redisx.Event{Op: redisx.OpSnapshotStart}, set(k, 0), true, "0"},
-			}
-		}},
-	}
-	for i, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			key := "v:" + strconv.Itoa(i)
-			for j, s := range tt.steps(key) {
-				s.e.IndexUUID += strconv.Itoa(i)
-				got, err := f.ApplyRedis(ctx, s.e, s.effect)
-				if err != nil {
-					t.Fatalf("step %d: %v", j, err)
+	eachLayout(t, func(t *testing.T, l layout) {
+		f, c := newTestFence(t, l)
+		ctx := context.Background()
+		type step struct {
+			e      redisx.Event
+			effect idempotency.Effect
+			want   bool   // applied
+			value  string // of key "v:<case>" afterwards; "" = missing
+		}
+		set := func(key string, seq int64) idempotency.Effect {
+			return idempotency.Set{Key: key, Value: []byte(strconv.FormatInt(seq, 10))}
+		}
+		tests := []struct {
+			name  string
+			steps func(key string) []step
+		}{
+			{name: "newer overwrites, older and equal are refused", steps: func(k string) []step {
+				return []step{
+					{fenceUpsert("d", 2), set(k, 2), true, "2"},
+					{fenceUpsert("d", 5), set(k, 5), true, "5"},
+					{fenceUpsert("d", 3), set(k, 3), false, "5"},
+					{fenceUpsert("d", 5), set(k, 5), false, "5"},
 				}
-				if got != s.want {
-					t.Errorf("step %d: applied = %v, want %v", j, got, s.want)
+			}},
+			{name: "delete after upsert with the same seq_no, then a late upsert", steps: func(k string) []step {
+				return []step{
+					{fenceUpsert("d", 4), set(k, 4), true, "4"},
+					{fenceDelete("d", 4), idempotency.Del{Keys: []string{k}}, true, ""},
+					{fenceUpsert("d", 4), set(k, 4), false, ""},
+					{fenceUpsert("d", 3), set(k, 3), false, ""},
+					{fenceUpsert("d", 6), set(k, 6), true, "6"},
 				}
-				v, err := c.Get(ctx, key).Result()
-				if errors.Is(err, redis.Nil) {
-					v, err = "", nil
+			}},
+			{name: "nil effect records only", steps: func(k string) []step {
+				return []step{
+					{fenceUpsert("d", 4), nil, true, ""},
+					{fenceUpsert("d", 3), set(k, 3), false, ""},
 				}
-				if err != nil {
-					t.Fatal(err)
+			}},
+			{name: "unfenced events always apply", steps: func(k string) []step {
+				return []step{
+					{redisx.Event{Op: redisx.OpSnapshotStart}, set(k, 1), true, "1"},
+					{redisx.Event{Op: redisx.OpSnapshotStart}, set(k, 0), true, "0"},
 				}
-				if v != s.value {
-					t.Errorf("step %d: %s = %q, want %q", j, key, v, s.value)
+			}},
+		}
+		for i, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				key := "v:" + strconv.Itoa(i)
+				for j, s := range tt.steps(key) {
+					s.e.IndexUUID += strconv.Itoa(i)
+					got, err := f.ApplyRedis(ctx, s.e, s.effect)
+					if err != nil {
+						t.Fatalf("step %d: %v", j, err)
+					}
+					if got != s.want {
+						t.Errorf("step %d: applied = %v, want %v", j, got, s.want)
+					}
+					v, err := c.Get(ctx, key).Result()
+					if errors.Is(err, redis.Nil) {
+						v, err = "", nil
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					if v != s.value {
+						t.Errorf("step %d: %s = %q, want %q", j, key, v, s.value)
+					}
+				}
+			})
+		}
+
+		t.Run("TTL", func(t *testing.T) {
+			if _, err := f.ApplyRedis(ctx, fenceUpsert("ttl", 1), idempotency.Set{Key: "ttl", Value: []byte("x"), TTL: 1500 * time.Microsecond}); err != nil {
+				t.Fatal(err)
+			}
+			// 1.5ms rounds up to 2ms: the key may already be gone, but never
+			// lives without an expiry.
+			if ttl := c.PTTL(ctx, "ttl").Val(); ttl == -1 || ttl > 2*time.Millisecond {
+				t.Errorf("PTTL = %s, want at most 2ms", ttl)
+			}
+		})
+		t.Run("del of several keys", func(t *testing.T) {
+			c.MSet(ctx, "m1", "1", "m2", "2", "m3", "3")
+			if _, err := f.ApplyRedis(ctx, fenceDelete("multi", 1), idempotency.Del{Keys: []string{"m1", "m2"}}); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := c.Exists(ctx, "m1", "m2", "m3").Val(), int64(1); got != want {
+				t.Errorf("%d keys left, want %d", got, want)
+			}
+		})
+		t.Run("bad effects", func(t *testing.T) {
+			for _, eff := range []idempotency.Effect{idempotency.Set{}, idempotency.Set{Key: "k", TTL: -1}, idempotency.Del{}, idempotency.Del{Keys: []string{""}}} {
+				if _, err := f.ApplyRedis(ctx, fenceUpsert("bad", 1), eff); err == nil {
+					t.Errorf("%#v: no error", eff)
 				}
 			}
 		})
-	}
-
-	t.Run("TTL", func(t *testing.T) {
-		if _, err := f.ApplyRedis(ctx, fenceUpsert("ttl", 1), idempotency.Set{Key: "ttl", Value: []byte("x"), TTL: 1500 * time.Microsecond}); err != nil {
-			t.Fatal(err)
-		}
-		// 1.5ms rounds up to 2ms: the key may already be gone, but never
-		// lives without an expiry.
-		if ttl := c.PTTL(ctx, "ttl").Val(); ttl == -1 || ttl > 2*time.Millisecond {
-			t.Errorf("PTTL = %s, want at most 2ms", ttl)
-		}
-	})
-	t.Run("del of several keys", func(t *testing.T) {
-		c.MSet(ctx, "m1", "1", "m2", "2", "m3", "3")
-		if _, err := f.ApplyRedis(ctx, fenceDelete("multi", 1), idempotency.Del{Keys: []string{"m1", "m2"}}); err != nil {
-			t.Fatal(err)
-		}
-		if got, want := c.Exists(ctx, "m1", "m2", "m3").Val(), int64(1); got != want {
-			t.Errorf("%d keys left, want %d", got, want)
-		}
-	})
-	t.Run("bad effects", func(t *testing.T) {
-		for _, eff := range []idempotency.Effect{idempotency.Set{}, idempotency.Set{Key: "k", TTL: -1}, idempotency.Del{}, idempotency.Del{Keys: []string{""}}} {
-			if _, err := f.ApplyRedis(ctx, fenceUpsert("bad", 1), eff); err == nil {
-				t.Errorf("%#v: no error", eff)
+		t.Run("negative seq_no is permanent", func(t *testing.T) {
+			_, err := f.ApplyRedis(ctx, fenceUpsert("neg", -1), idempotency.Set{Key: "neg", Value: []byte("x")})
+			if !errors.Is(err, idempotency.ErrBadSeqNo) || !redisx.IsPermanent(err) {
+				t.Errorf("err = %v, want a permanent ErrBadSeqNo", err)
 			}
-		}
-	})
-	t.Run("negative seq_no is permanent", func(t *testing.T) {
-		_, err := f.ApplyRedis(ctx, fenceUpsert("neg", -1), idempotency.Set{Key: "neg", Value: []byte("x")})
-		if !errors.Is(err, idempotency.ErrBadSeqNo) || !redisx.IsPermanent(err) {
-			t.Errorf("err = %v, want a permanent ErrBadSeqNo", err)
-		}
+		})
+
 	})
 }
 
@@ -342,111 +421,121 @@ func TestFence_ApplyRedis_Atomic(t *testing.T) {
 			wantErr: func(err error) bool { return redis.HasErrorPrefix(err, "WRONGTYPE") },
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f, c := newTestFence(t)
-			e := fenceUpsert("a", 3)
-			c.Set(ctx, "victim", "before", 0)
-			tt.prepare(c, f.Key(), idempotency.Identity(e))
-			before, _ := c.Dump(ctx, f.Key()).Result()
-			applied, err := f.ApplyRedis(ctx, e, idempotency.Del{Keys: []string{"victim"}})
-			if applied || !tt.wantErr(err) {
-				t.Fatalf("applied %v, err %v", applied, err)
-			}
-			if got, want := c.Get(ctx, "victim").Val(), "before"; got != want {
-				t.Errorf("victim = %q, want %q: the effect ran although the check failed", got, want)
-			}
-			if after, _ := c.Dump(ctx, f.Key()).Result(); after != before {
-				t.Errorf("the fence changed although the check failed")
-			}
-		})
-	}
+	eachLayout(t, func(t *testing.T, l layout) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				f, c := newTestFence(t, l)
+				e := fenceUpsert("a", 3)
+				c.Set(ctx, "victim", "before", 0)
+				key, field := f.KeyOf(e)
+				tt.prepare(c, key, field)
+				before := dbState(t, c)
+				applied, err := f.ApplyRedis(ctx, e, idempotency.Del{Keys: []string{"victim"}})
+				if applied || !tt.wantErr(err) {
+					t.Fatalf("applied %v, err %v", applied, err)
+				}
+				if got, want := c.Get(ctx, "victim").Val(), "before"; got != want {
+					t.Errorf("victim = %q, want %q: the effect ran although the check failed", got, want)
+				}
+				if after := dbState(t, c); !maps.Equal(after, before) {
+					t.Errorf("Redis changed although the check failed")
+				}
+			})
+		}
+	})
 }
 
 // TestFence_Concurrent has many goroutines apply shuffled versions of one
 // document at once; the newest must win, both in the fence and in the
 // effect, with ApplyRedis and with ShouldApply+Record.
 func TestFence_Concurrent(t *testing.T) {
-	const (
-		workers  = 16
-		versions = 60
-	)
-	// versions: upserts 0..versions-1, then a delete stamped with the last seq.
-	events := make([]redisx.Event, 0, versions+1)
-	for s := range int64(versions) {
-		events = append(events, fenceUpsert("doc", s))
-	}
-	last := fenceDelete("doc", versions-1)
-	events = append(events, last)
-	wantOrder, _ := idempotency.Order(last)
+	eachLayout(t, func(t *testing.T, l layout) {
+		const (
+			workers  = 16
+			versions = 60
+		)
+		// versions: upserts 0..versions-1, then a delete stamped with the last seq.
+		events := make([]redisx.Event, 0, versions+1)
+		for s := range int64(versions) {
+			events = append(events, fenceUpsert("doc", s))
+		}
+		last := fenceDelete("doc", versions-1)
+		events = append(events, last)
+		wantOrder, _ := idempotency.Order(last)
 
-	f, c := newTestFence(t)
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	var mu sync.Mutex
-	applied := 0
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(w), 7))
-			mine := append([]redisx.Event(nil), events...)
-			r.Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
-			for _, e := range mine {
-				var eff idempotency.Effect = idempotency.Set{Key: "doc", Value: e.Source}
-				if e.Op == redisx.OpDelete {
-					eff = idempotency.Del{Keys: []string{"doc"}}
-				}
-				ok, err := f.ApplyRedis(ctx, e, eff)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if ok {
-					mu.Lock()
-					applied++
-					mu.Unlock()
-				}
-				// A second document fenced the check-then-record way.
-				e.ID = "doc2"
-				if ok, err := f.ShouldApply(ctx, e); err != nil || ok {
-					if err == nil {
-						err = f.Record(ctx, e)
+		f, c := newTestFence(t, l)
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		var mu sync.Mutex
+		applied := 0
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := rand.New(rand.NewPCG(uint64(w), 7))
+				mine := append([]redisx.Event(nil), events...)
+				r.Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
+				for _, e := range mine {
+					var eff idempotency.Effect = idempotency.Set{Key: "doc", Value: e.Source}
+					if e.Op == redisx.OpDelete {
+						eff = idempotency.Del{Keys: []string{"doc"}}
 					}
+					ok, err := f.ApplyRedis(ctx, e, eff)
 					if err != nil {
 						errs <- err
 						return
 					}
+					if ok {
+						mu.Lock()
+						applied++
+						mu.Unlock()
+					}
+					// A second document fenced the check-then-record way.
+					e.ID = "doc2"
+					if ok, err := f.ShouldApply(ctx, e); err != nil || ok {
+						if err == nil {
+							err = f.Record(ctx, e)
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+					}
 				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"doc", "doc2"} {
+			got, ok, err := f.Recorded(ctx, fenceUpsert(id, 0))
+			if err != nil || !ok {
+				t.Fatalf("%s: Recorded %v %v", id, ok, err)
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"doc", "doc2"} {
-		got, ok, err := f.Recorded(ctx, fenceUpsert(id, 0))
-		if err != nil || !ok {
-			t.Fatalf("%s: Recorded %v %v", id, ok, err)
+			if got != wantOrder {
+				t.Errorf("%s: fence holds %d, want %d", id, got, wantOrder)
+			}
 		}
-		if got != wantOrder {
-			t.Errorf("%s: fence holds %d, want %d", id, got, wantOrder)
+		if n := c.Exists(ctx, "doc").Val(); n != 0 {
+			t.Errorf("the newest event is a delete, but the key exists: %q", c.Get(ctx, "doc").Val())
 		}
-	}
-	if n := c.Exists(ctx, "doc").Val(); n != 0 {
-		t.Errorf("the newest event is a delete, but the key exists: %q", c.Get(ctx, "doc").Val())
-	}
-	// Each applied event raised the order, so at most one apply per version.
-	if applied < 1 || applied > len(events) {
-		t.Errorf("%d applies, want 1..%d", applied, len(events))
-	}
+		// Each applied event raised the order, so at most one apply per version.
+		if applied < 1 || applied > len(events) {
+			t.Errorf("%d applies, want 1..%d", applied, len(events))
+		}
+
+	})
 }
 
 func TestMiddleware(t *testing.T) {
-	f, _ := newTestFence(t)
+	eachLayout(t, testMiddleware)
+}
+
+func testMiddleware(t *testing.T, l layout) {
+	f, _ := newTestFence(t, l)
 	ctx := context.Background()
 	var seen []int64
 	fail := map[int64]bool{7: true}
@@ -472,6 +561,10 @@ func TestMiddleware(t *testing.T) {
 		{name: "retry applied", e: fenceUpsert("a", 7), wantCalls: []int64{5, 7, 7}},
 		{name: "delete same seq_no applied", e: fenceDelete("a", 7), wantCalls: []int64{5, 7, 7, 7}},
 		{name: "unfenced passes", e: redisx.Event{Op: redisx.OpSnapshotStart, SeqNo: 0}, wantCalls: []int64{5, 7, 7, 7, 0}},
+		{name: "index_deleted passes", e: redisx.Event{Op: redisx.OpIndexDeleted, IndexUUID: "u", SeqNo: 1}, wantCalls: []int64{5, 7, 7, 7, 0, 1}},
+		{name: "the ended index's events are skipped", e: fenceUpsert("a", 20), wantCalls: []int64{5, 7, 7, 7, 0, 1}},
+		{name: "a new document of it too", e: fenceUpsert("z", 20), wantCalls: []int64{5, 7, 7, 7, 0, 1}},
+		{name: "another index is not ended", e: inUUID(fenceUpsert("a", 20), "v"), wantCalls: []int64{5, 7, 7, 7, 0, 1, 20}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
