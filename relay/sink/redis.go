@@ -38,7 +38,8 @@ type RedisConfig struct {
 	// Client is the Redis the cache lives in (it may differ from the
 	// feed's). The sink never closes it. Set Client or URL, not both.
 	Client redis.UniversalClient
-	// URL is the cache's Redis (redis:// or rediss://), when Client is nil;
+	// URL is the cache's Redis (redis://, rediss://, redis-cluster://, …;
+	// see redisx.ClientConfig), when Client is nil;
 	// the sink opens the client and Close closes it.
 	URL string
 	// Key is the key template of a document (see KeyTemplate). Default
@@ -52,16 +53,26 @@ type RedisConfig struct {
 	// different keys need different names. Default "cache"
 	// (DefaultRedisName).
 	Name string
-	// FenceKey is the fence hash, in the cache's Redis. Default
-	// "escf:{cache}:fence:<Name>".
-	//
-	// Redis Cluster: the fence and every document key are written by one
-	// script, so they must hash to one slot: the key template needs the
-	// fence's hash tag in its literal prefix, e.g.
-	// "cache:{{cache}}:{index}:{id}" with the default FenceKey. That puts
-	// the whole cache on one node. With a *redis.ClusterClient, Validate
-	// refuses templates without that tag.
+	// FencePrefix starts the names of the fence's hashes, in the cache's
+	// Redis: one per index, "<FencePrefix>:<index_uuid>"; with a
+	// *redis.ClusterClient one per index and hash slot,
+	// "<FencePrefix>:{<tag>}:<index_uuid>", the tag naming the slot of the
+	// document's key (idempotency.Config.SlotOf), so that any Key
+	// template works in Redis Cluster and the cache spreads over its
+	// nodes. Default FenceKey; in Redis Cluster "escf:fence:<Name>" (it
+	// must hold no braces there).
+	FencePrefix string
+	// FenceKey is the single fence hash earlier versions wrote. It is read
+	// for documents that have no fence in the new layout
+	// (idempotency.Config.Legacy) and never written; an index's fields
+	// leave it when the index ends. In Redis Cluster it is read only for
+	// keys in its slot, which earlier versions required of every key.
+	// Default "escf:{cache}:fence:<Name>".
 	FenceKey string
+	// FenceEndGrace is how long the fence refuses the events of an index
+	// after its index_deleted event (idempotency.Config.EndGrace). Default
+	// idempotency.DefaultEndGrace (24h).
+	FenceEndGrace time.Duration
 }
 
 // Validate names the first bad field.
@@ -108,28 +119,43 @@ func (c RedisConfig) resolve() (RedisConfig, KeyTemplate, error) {
 	if c.FenceKey == "" {
 		c.FenceKey = "escf:{cache}:fence:" + c.Name
 	}
-	if _, ok := c.Client.(*redis.ClusterClient); ok {
-		fenceTag, fixed := keyHashTag(c.FenceKey)
-		if !fixed {
-			return c, tpl, fmt.Errorf("redis sink config: FenceKey %q has no hash tag: in Redis Cluster it must share one with Key", c.FenceKey)
+	if c.FenceEndGrace < 0 {
+		return c, tpl, fmt.Errorf("redis sink config: FenceEndGrace = %s: want more than 0 (0: %s)", c.FenceEndGrace, idempotency.DefaultEndGrace)
+	}
+	if redisCluster(c.Client, c.URL) {
+		if c.FencePrefix == "" {
+			c.FencePrefix = "escf:fence:" + c.Name
 		}
-		if tag, fixed := tpl.hashTag(); !fixed || tag != fenceTag {
-			return c, tpl, fmt.Errorf("redis sink config: Key %q: in Redis Cluster every key must carry the fence's hash tag {%s} before any placeholder, e.g. \"cache:{{%s}}:{index}:{id}\"",
-				c.Key, fenceTag, fenceTag)
+		if strings.ContainsAny(c.FencePrefix, "{}") {
+			return c, tpl, fmt.Errorf("redis sink config: FencePrefix %q: in Redis Cluster it must hold no braces (each fence key carries the hash tag of its document's slot)", c.FencePrefix)
 		}
+	} else if c.FencePrefix == "" {
+		c.FencePrefix = c.FenceKey
 	}
 	return c, tpl, nil
+}
+
+// redisCluster reports whether the cache is a Redis Cluster: a
+// *redis.ClusterClient, or a redis-cluster:// or rediss-cluster:// URL.
+func redisCluster(client redis.UniversalClient, url string) bool {
+	if client != nil {
+		_, ok := client.(*redis.ClusterClient)
+		return ok
+	}
+	return redisx.ClientConfig{URL: url}.Cluster()
 }
 
 // Redis keeps a cache in Redis in step with the feed: per document one key
 // (from the Key template), deleted (RedisDel) or set to the source JSON
 // (RedisSet) on upserts, deleted on deletes. Each write goes through
-// idempotency.Fence.ApplyRedis on the sink's fence hash, so the key and
+// idempotency.Fence.ApplyRedis on the document's fence, so the key and
 // the fence change in one script: a redelivered or older event (another
 // consumer, a reclaim) never overwrites a newer one, and a delete is never
-// undone by the upsert it follows. Other ops (index_deleted, snapshot_*)
-// are acknowledged without a write: the relay's per-document deletes are
-// what clear a dropped index's keys.
+// undone by the upsert it follows. An index_deleted event ends the index's
+// fences (idempotency.Fence.EndIndex: their memory is freed, late events
+// of the index are refused) but leaves its cache keys: the relay's
+// per-document deletes are what clear a dropped index's keys. Snapshot
+// markers are acknowledged without a write.
 type Redis struct {
 	cfg       RedisConfig
 	tpl       KeyTemplate
@@ -153,7 +179,11 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		}
 		s.owned = true
 	}
-	if s.fence, err = idempotency.New(idempotency.Config{Client: s.client, Key: cfg.FenceKey}); err != nil {
+	fc := idempotency.Config{Client: s.client, Prefix: cfg.FencePrefix, Legacy: cfg.FenceKey, EndGrace: cfg.FenceEndGrace}
+	if redisCluster(s.client, "") {
+		fc.SlotOf = tpl.Key
+	}
+	if s.fence, err = idempotency.New(fc); err != nil {
 		if s.owned {
 			s.client.Close()
 		}
@@ -187,6 +217,14 @@ func (s *Redis) Handler() redisx.Handler {
 		case redisx.OpDelete:
 			key = s.tpl.Key(e)
 			effect = idempotency.Del{Keys: []string{key}}
+		case redisx.OpIndexDeleted:
+			if e.IndexUUID == "" {
+				return nil
+			}
+			if err := s.fence.EndIndex(ctx, e.IndexUUID); err != nil {
+				return fmt.Errorf("redis sink: %s %s: %w", e.Op, e.Index, err)
+			}
+			return nil
 		default:
 			return nil
 		}

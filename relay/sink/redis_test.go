@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/es-changefeed/es-changefeed/idempotency"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/sink"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
@@ -56,8 +55,15 @@ func TestRedisConfig_Validate(t *testing.T) {
 		{name: "defaults", cfg: sink.RedisConfig{Client: c}},
 		{name: "URL", cfg: sink.RedisConfig{URL: "redis://127.0.0.1:1/0"}},
 		{name: "set with TTL", cfg: sink.RedisConfig{Client: c, Mode: sink.RedisSet, TTL: time.Minute}},
-		{name: "cluster with the fence's tag", cfg: sink.RedisConfig{Client: cluster, Key: "cache:{{cache}}:{index}:{id}"}},
-		{name: "cluster with its own fence", cfg: sink.RedisConfig{Client: cluster, Key: "{{c7}}{index}/{id}", FenceKey: "fence:{c7}"}},
+		{name: "cluster with the old fence's tag", cfg: sink.RedisConfig{Client: cluster, Key: "cache:{{cache}}:{index}:{id}"}},
+		{name: "cluster with its own old fence", cfg: sink.RedisConfig{Client: cluster, Key: "{{c7}}{index}/{id}", FenceKey: "fence:{c7}"}},
+		{name: "cluster without a tag", cfg: sink.RedisConfig{Client: cluster}},
+		{name: "cluster with another tag", cfg: sink.RedisConfig{Client: cluster, Key: "{{x}}:{id}"}},
+		{name: "cluster with an untagged old fence", cfg: sink.RedisConfig{Client: cluster, Key: "{{x}}:{id}", FenceKey: "fence"}},
+		{name: "cluster with a fence prefix", cfg: sink.RedisConfig{Client: cluster, FencePrefix: "f:cache"}},
+		{name: "end grace", cfg: sink.RedisConfig{Client: c, FenceEndGrace: time.Hour}},
+		{name: "cluster URL", cfg: sink.RedisConfig{URL: "redis-cluster://127.0.0.1:1,127.0.0.1:2", Key: "{id}"}},
+		{name: "cluster URL with a braced fence prefix", cfg: sink.RedisConfig{URL: "redis-cluster://127.0.0.1:1", FencePrefix: "{f}"}, wantErr: "in Redis Cluster it must hold no braces"},
 		{name: "neither client nor URL", cfg: sink.RedisConfig{}, wantErr: "set Client or URL"},
 		{name: "both", cfg: sink.RedisConfig{Client: c, URL: "redis://h:1"}, wantErr: "not both"},
 		{name: "unknown placeholder", cfg: sink.RedisConfig{Client: c, Key: "c:{indx}:{id}"}, wantErr: `Key: bad key template "c:{indx}:{id}": unknown placeholder "{indx}"`},
@@ -65,9 +71,8 @@ func TestRedisConfig_Validate(t *testing.T) {
 		{name: "TTL in del mode", cfg: sink.RedisConfig{Client: c, TTL: time.Second}, wantErr: `TTL = 1s is only used in mode "set"`},
 		{name: "negative TTL", cfg: sink.RedisConfig{Client: c, Mode: sink.RedisSet, TTL: -time.Second}, wantErr: "TTL = -1s"},
 		{name: "name with a brace", cfg: sink.RedisConfig{Client: c, Name: "a{b"}, wantErr: `Name "a{b"`},
-		{name: "cluster without a tag", cfg: sink.RedisConfig{Client: cluster}, wantErr: "fence's hash tag {cache}"},
-		{name: "cluster with another tag", cfg: sink.RedisConfig{Client: cluster, Key: "{{x}}:{id}"}, wantErr: "fence's hash tag {cache}"},
-		{name: "cluster with an untagged fence", cfg: sink.RedisConfig{Client: cluster, Key: "{{x}}:{id}", FenceKey: "fence"}, wantErr: `FenceKey "fence" has no hash tag`},
+		{name: "cluster with a braced fence prefix", cfg: sink.RedisConfig{Client: cluster, FencePrefix: "f:{cache}"}, wantErr: `FencePrefix "f:{cache}": in Redis Cluster it must hold no braces`},
+		{name: "negative end grace", cfg: sink.RedisConfig{Client: c, FenceEndGrace: -time.Second}, wantErr: "FenceEndGrace = -1s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -148,7 +153,7 @@ func TestRedis_Handler(t *testing.T) {
 	}
 
 	t.Run("the fence lives in the cache's Redis under the default key", func(t *testing.T) {
-		got, err := c.HGet(ctx, "escf:{cache}:fence:set", idempotency.Identity(sinkUpsert("42", 0))).Result()
+		got, err := c.HGet(ctx, "escf:{cache}:fence:set:U1", "0/42").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +187,7 @@ func TestRedis_Handler(t *testing.T) {
 		before := c.DBSize(ctx).Val()
 		h := newRedisSink(t, c, sink.RedisConfig{Name: "other"}).Handler()
 		for _, e := range []redisx.Event{
-			{Op: redisx.OpIndexDeleted, Index: "orders", IndexUUID: "U1"},
+			{Op: redisx.OpIndexDeleted, Index: "orders"}, // no uuid: no fences to end
 			{Op: redisx.OpSnapshotStart, Target: "orders"},
 			{Op: redisx.OpSnapshotEnd, Target: "orders", Counts: map[string]int64{"orders": 1}},
 		} {
