@@ -134,6 +134,11 @@ func ReadStream(ctx context.Context, rdb redis.UniversalClient, stream string) (
 		}
 		return StreamState{}, fmt.Errorf("XINFO STREAM %s: %w", stream, err)
 	}
+	return streamStateOf(info), nil
+}
+
+// streamStateOf is the StreamState of an XINFO STREAM reply.
+func streamStateOf(info *redis.XInfoStream) StreamState {
 	st := StreamState{Length: info.Length, EntriesAdded: info.EntriesAdded, FirstID: info.FirstEntry.ID,
 		LastID: info.LastGeneratedID, MaxDeletedID: info.MaxDeletedEntryID}
 	if st.MaxDeletedID == "" {
@@ -142,7 +147,7 @@ func ReadStream(ctx context.Context, rdb redis.UniversalClient, stream string) (
 	if st.Length == 0 {
 		st.FirstID = ""
 	}
-	return st, nil
+	return st
 }
 
 // ReadGroups reads the stream and every consumer group of it (none when the

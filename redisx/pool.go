@@ -625,15 +625,7 @@ func (p *Pool) readChecked(ctx context.Context, n int) ([]redis.XStream, error) 
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
-	info := infoS.Val()
-	st := StreamState{Length: info.Length, EntriesAdded: info.EntriesAdded, FirstID: info.FirstEntry.ID,
-		LastID: info.LastGeneratedID, MaxDeletedID: info.MaxDeletedEntryID}
-	if st.MaxDeletedID == "" {
-		st.MaxDeletedID = "0-0"
-	}
-	if st.Length == 0 {
-		st.FirstID = ""
-	}
+	st := streamStateOf(infoS.Val())
 	for _, g := range infoG.Val() {
 		if g.Name != p.cfg.Group {
 			continue
