@@ -160,7 +160,14 @@ func (c *copier) plan(ctx context.Context, targets []string) ([]string, error) {
 	c.targetOf = map[string]string{}
 	var closed []string
 	for _, expr := range targets {
-		res, err := c.cfg.ES.Resolve(ctx, expr, c.cfg.Hidden)
+		var res es.Resolution
+		err := c.retry(ctx, "resolve "+expr, func() (err error) {
+			res, err = c.cfg.ES.Resolve(ctx, expr, c.cfg.Hidden)
+			if es.IsNotFound(err) {
+				return nonRetryable{err}
+			}
+			return err
+		})
 		if es.IsNotFound(err) {
 			c.log.Info("bootstrap: the expression names nothing now; nothing of it to copy", "target", expr)
 			continue
@@ -222,7 +229,7 @@ func (c *copier) plan(ctx context.Context, targets []string) ([]string, error) {
 // closedFollowed reports whether a closed index is one the relay followed
 // (its uuid has a generation). Settings answer for closed indices too.
 func (c *copier) closedFollowed(ctx context.Context, name string) (bool, error) {
-	s, err := c.cfg.ES.Settings(ctx, name)
+	s, err := c.settings(ctx, name)
 	if es.IsNotFound(err) {
 		return false, nil
 	}
@@ -266,7 +273,7 @@ func (c *copier) copyIndex(ctx context.Context, name, expr string) error {
 }
 
 func (c *copier) copyIndexOnce(ctx context.Context, name, expr string) error {
-	settings, err := c.cfg.ES.Settings(ctx, name)
+	settings, err := c.settings(ctx, name)
 	if es.IsNotFound(err) {
 		c.skip(name, "deleted before it was copied")
 		return nil
@@ -328,6 +335,52 @@ func (c *copier) copyIndexOnce(ctx context.Context, name, expr string) error {
 	}
 	log.Info("bootstrap: index copied", logDocuments, count, logDeferred, deferred, "shards", ix.shards)
 	return nil
+}
+
+// settings reads an index's settings, retried as a shard read is; a
+// missing index is not retried.
+func (c *copier) settings(ctx context.Context, name string) (es.IndexSettings, error) {
+	var s es.IndexSettings
+	err := c.retry(ctx, "read the settings of "+name, func() (err error) {
+		s, err = c.cfg.ES.Settings(ctx, name)
+		if es.IsNotFound(err) {
+			return nonRetryable{err}
+		}
+		return err
+	})
+	return s, err
+}
+
+// nonRetryable marks an error retry returns at once (unwrapped).
+type nonRetryable struct{ err error }
+
+func (n nonRetryable) Error() string { return n.err.Error() }
+
+// retry runs fn until it succeeds, returns an error retryable refuses (or
+// wrapped in nonRetryable), or MaxAttempts attempts failed, with the
+// shards' backoff between attempts.
+func (c *copier) retry(ctx context.Context, what string, fn func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		var nr nonRetryable
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &nr):
+			return nr.err
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !retryable(err):
+			return err
+		case attempt >= c.cfg.MaxAttempts:
+			return fmt.Errorf("%w: %s: %d attempts failed; the last: %w", ErrGaveUp, what, attempt, err)
+		}
+		d := c.backoff(attempt)
+		c.log.Warn("bootstrap: "+what+" failed; retrying", logAttempt, attempt, logErr, err.Error(), logRetryIn, d.String())
+		if !sleep(ctx, d) {
+			return ctx.Err()
+		}
+	}
 }
 
 // handOne hands one event.

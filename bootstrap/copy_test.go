@@ -245,6 +245,12 @@ func TestCopy_FailingResponses(t *testing.T) {
 		{"the connection drops mid-answer", es.ListingScroll, func(c *esemu.Cluster) error {
 			return c.InjectFault(esemu.Fault{Kind: esemu.KindScroll, Drop: true, Count: 1})
 		}, false, false},
+		{"resolving the targets answers 503 once", es.ListingPIT, func(c *esemu.Cluster) error {
+			return c.InjectFault(esemu.Fault{Kind: esemu.KindResolve, Status: 503, Count: 1})
+		}, false, false},
+		{"reading the settings answers 503 twice", es.ListingPIT, func(c *esemu.Cluster) error {
+			return c.InjectFault(esemu.Fault{Kind: esemu.KindIndices, Status: 503, Count: 2})
+		}, false, false},
 		{"searches keep failing", es.ListingPIT, func(c *esemu.Cluster) error {
 			return c.InjectFault(esemu.Fault{Kind: esemu.KindSearch, Status: 503, Count: 1000})
 		}, false, true},

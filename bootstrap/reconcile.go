@@ -27,13 +27,18 @@ import (
 // stamp exists, and those documents are kept.
 func (c *copier) reconcile(ctx context.Context, ix *indexCopy, present *idSet, log *slog.Logger) (removed, kept int64, err error) {
 	var cands []sink.HeldDoc
-	held, err := c.cfg.Reconciler.Held(ctx, ix.name, ix.uuid, c.cfg.PageSize, func(page []sink.HeldDoc) error {
-		for _, h := range page {
-			if !present.has(h) {
-				cands = append(cands, h)
+	var held int64
+	err = c.retry(ctx, "list what the sink holds of "+ix.name, func() (err error) {
+		cands = cands[:0]
+		held, err = c.cfg.Reconciler.Held(ctx, ix.name, ix.uuid, c.cfg.PageSize, func(page []sink.HeldDoc) error {
+			for _, h := range page {
+				if !present.has(h) {
+					cands = append(cands, h)
+				}
 			}
-		}
-		return nil
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("list what the sink holds: %w", err)
