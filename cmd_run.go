@@ -174,7 +174,7 @@ func relayAction(ctx context.Context, cmd *cli.Command, resync bool) error {
 	}
 	var bar func(done, total int64)
 	if resync {
-		bar = progressBar(cmd.Root().ErrWriter)
+		bar = progressBar(cmd.Root().ErrWriter, "resync snapshot")
 	}
 	return runRelay(ctx, cfg, log, resync, bar)
 }

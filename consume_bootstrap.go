@@ -115,7 +115,7 @@ func runBootstrapCopy(ctx context.Context, cmd *cli.Command, feed string, rdb re
 	cfg := bootstrap.Config{ES: client, Redis: rdb, Feed: feed, Targets: targets, Hidden: cmd.Bool("hidden"),
 		SkipClosed: cmd.Bool("bootstrap-skip-closed"), Handler: handler, Reconciler: rec,
 		PageSize: cmd.Int("bootstrap-page-size"), Workers: cmd.Int("bootstrap-workers"), Listing: listing, Logger: log}
-	if bar := progressBar(cmd.Root().ErrWriter); bar != nil {
+	if bar := progressBar(cmd.Root().ErrWriter, "bootstrap copy"); bar != nil {
 		cfg.Progress, cfg.ProgressInterval = bar, -1 // the bar says it; no lines in between
 	}
 	res, err := bootstrap.Copy(ctx, cfg)
