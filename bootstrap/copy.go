@@ -48,7 +48,7 @@ var (
 	ErrGaveUp = errors.New("gave up reading a shard")
 
 	// errPrimaryChanged: the primary moved before a view settled.
-	errPrimaryChanged = errors.New("the shard's primary changed while it was read")
+	errPrimaryChanged = es.ErrPrimaryChanged
 	// errRecreated: the index's uuid changed under the copy (deleted and
 	// created again): it is copied again, as the new index.
 	errRecreated = errors.New("the index was deleted and created again during the copy")

@@ -154,42 +154,14 @@ func (c *copier) primary(ctx context.Context, ec *es.Client, ix *indexCopy, shar
 }
 
 // settle returns once what a view of the shard opened after reading
-// primary may show can no longer be taken back: the primary's global
-// checkpoint has reached the max seq no it reports now (every op the view
-// could see is at or below it), on the same primary (es.ShardCheckpoints.
-// SamePrimary). It is the relay's settle rule (docs/DESIGN.md §2): a view
-// may show a version above the gcp that a failover discards, and that
-// version hid the document's older one. A new primary is errPrimaryChanged
-// (the view is read again); a gcp that does not get there within
-// SettleTimeout is an error too.
+// primary may show can no longer be taken back: the relay's rule
+// (es.Settle, docs/DESIGN.md §2). A new primary is errPrimaryChanged (the
+// view is read again); a gcp that does not get there within SettleTimeout
+// is an error too.
 func (c *copier) settle(ctx context.Context, ec *es.Client, ix *indexCopy, shard int, primary es.ShardCheckpoints) error {
-	sc, err := c.primary(ctx, ec, ix, shard)
-	if err != nil {
-		return err
-	}
-	target := sc.MaxSeqNo
-	deadline := time.Now().Add(c.cfg.SettleTimeout)
-	wait := 5 * time.Millisecond
-	for {
-		if !sc.SamePrimary(primary) {
-			return fmt.Errorf("shard %d of %s: %w (primary term %d on node %s, then %d on %s)",
-				shard, ix.name, errPrimaryChanged, primary.PrimaryTerm, primary.Node, sc.PrimaryTerm, sc.Node)
-		}
-		if sc.GlobalCheckpoint >= target {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("shard %d of %s: the global checkpoint stayed at %d below the max seq no %d for %s: a replica is not keeping up",
-				shard, ix.name, sc.GlobalCheckpoint, target, c.cfg.SettleTimeout)
-		}
-		if !sleep(ctx, wait) {
-			return ctx.Err()
-		}
-		wait = min(2*wait, 100*time.Millisecond)
-		if sc, err = c.primary(ctx, ec, ix, shard); err != nil {
-			return err
-		}
-	}
+	return es.Settle(ctx, ix.name, shard, primary, c.cfg.SettleTimeout, func() (es.ShardCheckpoints, error) {
+		return c.primary(ctx, ec, ix, shard)
+	})
 }
 
 // retryable tells the failures a new view may cure from those it cannot: a

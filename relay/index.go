@@ -403,26 +403,14 @@ const settleTimeout = 30 * time.Second
 
 // errPrimaryChanged: the shard's primary term rose while a page was read. The
 // page is dropped uncommitted and read again by the next round.
-var errPrimaryChanged = errors.New("the shard's primary changed while it was read")
+var errPrimaryChanged = es.ErrPrimaryChanged
 
-// settle returns once the page just searched may be committed: once the
-// primary's global checkpoint has reached the max seq no the primary reports
-// after the search, with the primary (term and node) the window's gcp was
-// read from.
-//
-// Why: the search sees the latest refreshed version of each document,
-// including versions written above the gcp. Such a version hides the older
-// one inside the window (an update or delete at seq 20 hides the document's
-// seq 16), so the page lacks seq 16 and the checkpoint moves past it. If a
-// failover then discards seq 20, seq 16 is the document's state again, below
-// the checkpoint: never delivered. Every op the search could see is at or
-// below the primary's max seq no read after it; once the gcp covers that,
-// on the same primary, none of them can be discarded any more, and what the
-// page missed was superseded for good. A failover in between (a higher
-// term, or the primary on another node: Elasticsearch may report the new
-// term only later) returns errPrimaryChanged and the page is read again.
+// settle returns once the page just searched may be committed (es.Settle:
+// the primary's gcp covers every op the search could see, on the same
+// primary); a failover in between is errPrimaryChanged and the page is
+// read again.
 func (r *Relay) settle(ctx context.Context, ec *es.Client, name string, shard int, primary es.ShardCheckpoints) error {
-	read := func() (es.ShardCheckpoints, error) {
+	return es.Settle(ctx, name, shard, primary, settleTimeout, func() (es.ShardCheckpoints, error) {
 		st, err := ec.Stats(ctx, []string{name})
 		if err != nil {
 			return es.ShardCheckpoints{}, err
@@ -432,34 +420,7 @@ func (r *Relay) settle(ctx context.Context, ec *es.Client, name string, shard in
 			return sc, fmt.Errorf("shard %d of %s: the primary is not started", shard, name)
 		}
 		return sc, nil
-	}
-	sc, err := read()
-	if err != nil {
-		return err
-	}
-	target := sc.MaxSeqNo
-	deadline := time.Now().Add(settleTimeout)
-	wait := 5 * time.Millisecond
-	for {
-		if !sc.SamePrimary(primary) {
-			return fmt.Errorf("shard %d of %s: %w (primary term %d on node %s, then %d on %s): reading the page again",
-				shard, name, errPrimaryChanged, primary.PrimaryTerm, primary.Node, sc.PrimaryTerm, sc.Node)
-		}
-		if sc.GlobalCheckpoint >= target {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("shard %d of %s: the global checkpoint stayed at %d below the max seq no %d for %s: a replica is not keeping up",
-				shard, name, sc.GlobalCheckpoint, target, settleTimeout)
-		}
-		if !sleep(ctx, wait) {
-			return ctx.Err()
-		}
-		wait = min(2*wait, 100*time.Millisecond)
-		if sc, err = read(); err != nil {
-			return err
-		}
-	}
+	})
 }
 
 // indexMissing handles a 404 for an index: if the feed followed an index of
