@@ -84,16 +84,17 @@
 // applied (maybe an older version over a newer one) and would write its
 // fence again, with nothing left to remove it. So EndIndex leaves in each
 // hash it drops a marker (field EndedField) that refuses every event of
-// the index, and the marker expires after Config.EndGrace (default 24
-// hours: far beyond a reclaim-and-retry cycle at the consumer's defaults,
-// 60s × 10 deliveries, and beyond the usual lag between partitions); the
-// process that ran EndIndex also remembers the end for the grace. An event
-// of the index that arrives later still, after an outage of a partition's
-// consumers longer than the grace, is applied and fenced as if the index
-// lived, and that fence stays. With SlotOf only the slots that held fences
-// of the index get a marker (one per slot would be about 3 MB per index):
-// in another process, a late event of a document alone in its slot is not
-// refused.
+// the index, and the marker expires after Config.EndGrace (default one
+// hour: four times a reclaim-and-retry cycle at the consumer's defaults,
+// --min-idle 60s × --max-deliveries 10 with backoff); the process that ran
+// EndIndex also remembers the end for the grace. An event of the index
+// that arrives later still (a partition whose consumers were down longer
+// than the grace) is applied and fenced as if the index lived, and that
+// fence stays: raise EndGrace where that can happen. A marker is a small
+// key (about 130 bytes, 180 with its overhead); with SlotOf only the slots
+// that held fences of the index get one, at most 16,384 (about 3 MB) per
+// index, gone after the grace; in another process, a late event of a
+// document alone in its slot is therefore not refused.
 //
 // The relay emits index_deleted without --deletes, or with
 // --index-deleted-event; with --deletes alone an index ends with one

@@ -30,8 +30,12 @@ var (
 )
 
 // DefaultEndGrace is Config.EndGrace's default: how long the fence of an
-// index that ended keeps refusing its late events.
-const DefaultEndGrace = 24 * time.Hour
+// index that ended keeps refusing its late events. An event a consumer
+// read before the end is retried or reclaimed within about 15 minutes at
+// the consumer's defaults (--min-idle 60s, --max-deliveries 10, backoff);
+// an hour is four times that, and short enough for the markers of a large
+// index in Redis Cluster (up to 16,384 small keys, about 3 MB) to go soon.
+const DefaultEndGrace = time.Hour
 
 // EndedField is the field EndIndex writes into each hash of an ended
 // index (the value: when it ended, in Unix milliseconds). A hash holding
@@ -75,7 +79,8 @@ type Config struct {
 	// EndGrace is how long EndIndex's markers keep refusing events of an
 	// index that ended (late redeliveries, other partitions' lanes), after
 	// which they expire and nothing of the index is left. Default
-	// DefaultEndGrace (24h).
+	// DefaultEndGrace (1h). Raise it when a partition's consumers may be
+	// down longer, so that its events of an ended index come later.
 	EndGrace time.Duration
 
 	// Key is one hash for every fence, field "<index_uuid>/<shard>/<id>".

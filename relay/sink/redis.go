@@ -71,7 +71,7 @@ type RedisConfig struct {
 	FenceKey string
 	// FenceEndGrace is how long the fence refuses the events of an index
 	// after its index_deleted event (idempotency.Config.EndGrace). Default
-	// idempotency.DefaultEndGrace (24h).
+	// idempotency.DefaultEndGrace (1h).
 	FenceEndGrace time.Duration
 }
 
