@@ -18,7 +18,10 @@ import (
 //	escf:{feed}:scan:<uuid>:<shard>         set   live ids of a delete scan in progress
 //	escf:{feed}:meta                        hash  feed facts: created, targets (never deleted by the relay)
 //	escf:{feed}:generations                 hash  <uuid> -> generation of its index name (1, 2, ... per re-creation)
-//	escf:{feed}:fence:<name>                hash  <uuid>/<shard>/<id> -> order of the last event applied (idempotency)
+//	escf:{feed}:fence:<name>:<uuid>         hash  <shard>/<id> -> order of the last event applied (idempotency);
+//	                                              "ended" -> when the index ended (then the key expires)
+//	escf:{feed}:fence:<name>:<uuid>:<n>     hash  the same, split in shards (idempotency.Config.Shards)
+//	escf:{feed}:fence:<name>                hash  <uuid>/<shard>/<id> -> order: fences of earlier versions, read, never written
 //	escf:{feed}:lease                       string owner token (PX TTL)
 //	escf:{feed}:lost                        hash  group -> why it lost history (set by consumers, cleared by --bootstrap)
 //	escf:{feed}:dead                        stream of dead-lettered events
@@ -127,8 +130,11 @@ func (k Keys) Generations() string { return "escf:" + k.tag + ":generations" }
 // --bootstrap removes the group's field once it re-initialized it.
 func (k Keys) Lost() string { return "escf:" + k.tag + ":lost" }
 
-// Fence is the hash of a named fence (package idempotency): per document,
-// the order of the last event applied.
+// Fence is the prefix of a named fence's hashes (idempotency.Config.Prefix):
+// "<Fence(name)>:<uuid>" holds, per document of an index, the order of the
+// last event applied. Earlier versions kept every fence of the name in
+// the one hash Fence(name), which is still read as a fallback. resync
+// keeps every key under Fence("").
 func (k Keys) Fence(name string) string { return "escf:" + k.tag + ":fence:" + name }
 
 // Pattern matches every key of the feed, and no other feed's (for SCAN):
