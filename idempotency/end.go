@@ -26,7 +26,9 @@ const endBatch = 1000
 // fences back; after it nothing of the index is left. With SlotOf only the
 // slots that held fences of the index get a marker. The index's fields
 // are removed from the legacy hash (or from Config.Key's hash) with HSCAN
-// and HDEL, a pass over that whole hash.
+// and HDEL, a pass over that whole hash; that hash gets no marker, so with
+// Config.Key only the process that ran EndIndex refuses the index's late
+// events (for the grace).
 //
 // The package doc says why ending is safe. EndIndex is idempotent: a
 // redelivered index_deleted event ends the index again and renews the
