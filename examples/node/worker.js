@@ -16,7 +16,13 @@
 //   * a malformed entry, or one that keeps failing, goes to the feed's
 //     dead-letter stream (escf:{feed}:dead), acknowledged in the same MULTI;
 //   * history lost (entries removed before the group handled them) stops the
-//     worker with exit code 1 and says what to do.
+//     worker with exit code 1 and says what to do; it is recorded in
+//     escf:{feed}:lost (as the Go consumers do), so that every later start
+//     refuses the group too, until es-changefeed consume --bootstrap
+//     re-initializes it;
+//   * --apply-stdin applies the copy of such a bootstrap to the mirror (the
+//     JSON lines of es-changefeed consume --bootstrap --bootstrap-only
+//     --sink stdout, see examples/README.md).
 //
 //     node worker.js --redis redis://localhost:6379/0 --feed orders --group mirror --consumers 3
 //
@@ -28,6 +34,8 @@
 //     <mirror>:indices             hash  index_uuid -> index name
 //     <mirror>:gone                set   uuids of deleted indices (never written again)
 //     <mirror>:snapshots           set   stream ids of snapshot_start markers not yet closed
+//     <mirror>:bootstrap           string while set, workers refuse to start: the mirror lost
+//                                         history, or a bootstrap of it has not finished
 //
 // This example reads an unpartitioned feed (es-changefeed run without
 // --partitions); for a partitioned one, run a pool per partition stream
@@ -112,9 +120,17 @@ return 1
 `;
 
 class BadEntry extends Error {}     // an entry that does not follow the contract
-class HistoryLost extends Error {}  // entries the group had not handled are gone
 class NotYet extends Error {}       // cannot be applied yet: stays pending, retried
 
+// HistoryLost: entries the group had not handled are gone. record: write it
+// to escf:{feed}:lost and the mirror's bootstrap marker (found now; once the
+// group has read past the gap, its ids no longer show it).
+class HistoryLost extends Error {
+  constructor(msg, record = true) {
+    super(msg);
+    this.record = record;
+  }
+}
 const OPS = ['upsert', 'delete', 'index_deleted', 'snapshot_start', 'snapshot_end'];
 const INT = /^-?\d+$/;
 
@@ -178,6 +194,10 @@ class Mirror {
     return [`${p}:docs:${uuid}`, `${p}:fence:${uuid}`, `${p}:indices`, `${p}:gone`];
   }
 
+  get bootstrapKey() {
+    return `${this.prefix}:bootstrap`;
+  }
+
   // apply queues one upsert or delete on a pipeline.
   apply(pipe, streamID, ev) {
     pipe.escfApply(...this.keys(ev.index_uuid), ev.index_uuid, `${ev.shard}/${ev.id}`, order(ev).toString(),
@@ -200,21 +220,27 @@ class Mirror {
     if (starts.length === 0) throw new NotYet(`snapshot_end ${streamID}: its snapshot_start is not applied yet`);
     const start = starts.reduce((a, b) => (cmpID(a, b) < 0 ? b : a));
     let dropped = 0;
-    for (const uuid of await this.r.hkeys(`${this.prefix}:indices`)) {
-      const [docs, fence] = this.keys(uuid);
-      let cursor = '0';
-      do {
-        const [next, flat] = await this.r.hscan(fence, cursor, 'COUNT', 500);
-        cursor = next;
-        for (let i = 0; i < flat.length; i += 2) {
-          const value = flat[i + 1];
-          if (cmpID(value.split(' ')[1], start) < 0 && !value.endsWith(' dropped')) {
-            dropped += await this.r.escfDropStale(docs, fence, flat[i], start);
-          }
-        }
-      } while (cursor !== '0');
-    }
+    for (const uuid of await this.r.hkeys(`${this.prefix}:indices`)) dropped += await this.dropStaleIndex(uuid, start);
     await this.r.srem(`${this.prefix}:snapshots`, ...starts.filter((s) => cmpID(s, start) <= 0));
+    return dropped;
+  }
+
+  // dropStaleIndex drops the documents of one index that nothing at or
+  // after the stream id start wrote; it returns how many.
+  async dropStaleIndex(uuid, start) {
+    const [docs, fence] = this.keys(uuid);
+    let dropped = 0;
+    let cursor = '0';
+    do {
+      const [next, flat] = await this.r.hscan(fence, cursor, 'COUNT', 500);
+      cursor = next;
+      for (let i = 0; i < flat.length; i += 2) {
+        const value = flat[i + 1];
+        if (cmpID(value.split(' ')[1], start) < 0 && !value.endsWith(' dropped')) {
+          dropped += await this.r.escfDropStale(docs, fence, flat[i], start);
+        }
+      }
+    } while (cursor !== '0');
     return dropped;
   }
 }
@@ -257,6 +283,23 @@ async function missedEntries(r, stream, group) {
   return info['entries-added'] - read - after;
 }
 
+// unreadGone: the entries after the group's last-delivered-id that were
+// removed before it read them, from one XINFO STREAM and XINFO GROUPS alone
+// (no XRANGE, so that it fits in the MULTI of a read, as the Go pool's
+// readChecked): 0 when none, -1 when some were and Redis cannot tell how many.
+function unreadGone(info, g) {
+  const last = g['last-delivered-id'];
+  const first = info['first-entry'] ? info['first-entry'][0] : null;
+  if (first !== null && cmpID(first, last) <= 0) {
+    // Trimming removes a prefix, which then ends before anything unread;
+    // an XDEL after last-delivered-id removed an unread entry.
+    return cmpID(last, info['max-deleted-entry-id']) < 0 ? -1 : 0;
+  }
+  const read = g['entries-read']; // everything still in the stream is unread
+  if (read === null) return last === '0-0' ? info['entries-added'] - info.length : -1;
+  return Math.max(info['entries-added'] - read - info.length, 0);
+}
+
 function historyLostMessage(stream, group, what) {
   return `history lost: group ${group} of ${stream}: ${what}. The mirror can no longer be trusted: ` +
     `re-initialize it (es-changefeed consume --group ${group} --bootstrap …, docs/CONSUMING.md "History lost")`;
@@ -272,6 +315,7 @@ class Consumer {
     this.r = new Redis(opts.redis, { maxRetriesPerRequest: null }); // commands wait through an outage
     this.stream = `escf:{${opts.feed}}:events`;
     this.dead = `escf:{${opts.feed}}:dead`;
+    this.lost = `escf:{${opts.feed}}:lost`;
     this.mirror = new Mirror(this.r, opts.mirror || `mirror:{${opts.feed}:${opts.group}}`);
     this.stopping = false;
     this.stats = { applied: 0, refused: 0, acked: 0, reclaimed: 0, dead: 0, failed: 0 };
@@ -303,7 +347,7 @@ class Consumer {
       if (removed > 0) {
         throw new HistoryLost(`new group ${this.o.group}: ${this.stream} no longer holds the feed from its start ` +
           `(${removed} entries were removed): bootstrap the mirror (es-changefeed consume --group ${this.o.group} ` +
-          `--bootstrap …), or copy the indices yourself and start at the end with --start '$'`);
+          `--bootstrap …, examples/README.md), or copy the indices yourself and start at the end with --start '$'`, false);
       }
     }
     try {
@@ -314,7 +358,40 @@ class Consumer {
     }
   }
 
+  // checkRecorded refuses the group while a loss is recorded for it (by this
+  // example or a Go consumer), or while the mirror awaits a bootstrap.
+  async checkRecorded() {
+    const rec = await this.r.hget(this.lost, this.o.group);
+    if (rec) {
+      throw new HistoryLost(`history lost: group ${this.o.group} of ${this.stream}, recorded in ${this.lost} when it was ` +
+        `found; the group stays refused until es-changefeed consume --group ${this.o.group} --bootstrap re-initializes it: ${rec}`, false);
+    }
+    const marker = await this.r.get(this.mirror.bootstrapKey);
+    if (marker) {
+      throw new HistoryLost(`group ${this.o.group}: the mirror ${this.mirror.prefix} awaits a bootstrap ` +
+        `(${this.mirror.bootstrapKey}: ${marker}): pipe es-changefeed consume --group ${this.o.group} --bootstrap ` +
+        '--bootstrap-only --sink stdout … into worker.js --apply-stdin (examples/README.md)', false);
+    }
+  }
+
+  // recordLoss writes the loss where every later start finds it:
+  // escf:{feed}:lost (field = group, the first one stays; status reports it
+  // and es-changefeed consume --bootstrap clears it) and the mirror's
+  // bootstrap marker (cleared by --apply-stdin once the copy is in).
+  async recordLoss(err) {
+    const writes = [[this.lost, () => this.r.hsetnx(this.lost, this.o.group, err.message)],
+      [this.mirror.bootstrapKey, () => this.r.set(this.mirror.bootstrapKey, `needed: ${err.message}`, 'NX')]];
+    for (const [what, write] of writes) {
+      try {
+        await write();
+      } catch (e) {
+        this.log(`cannot record the history loss in ${what}: ${e.message}`);
+      }
+    }
+  }
+
   async checkHistory() {
+    await this.checkRecorded();
     const n = await missedEntries(this.r, this.stream, this.o.group);
     if (n === null) this.log("cannot tell whether history was lost (the group's entries-read is unknown)");
     else if (n > 0) {
@@ -327,6 +404,7 @@ class Consumer {
     process.on('SIGTERM', () => { this.stopping = true; }); // the loop finishes its batch
     process.on('SIGINT', () => { this.stopping = true; });
     try {
+      await this.checkRecorded();
       await this.ensureGroup();
       await this.checkHistory();
       const block = Math.max(1, Math.min(this.o.blockMs, Math.floor(this.o.minIdleMs / 2))); // reclaim on time
@@ -342,14 +420,37 @@ class Consumer {
           await this.checkHistory();
           nextCheck = Date.now() + this.o.checkInterval * 1000;
         }
-        const reply = await this.r.xreadgroup('GROUP', this.o.group, this.name, 'COUNT', this.o.count,
-          'BLOCK', block, 'STREAMS', this.stream, '>');
+        const reply = await this.readNew(block);
         for (const [, entries] of reply || []) await this.handle(entries, {});
       }
       this.log(`stopped: ${Object.entries(this.stats).map(([k, v]) => `${k} ${v}`).join(', ')}`);
+    } catch (e) {
+      if (e instanceof HistoryLost && e.record) await this.recordLoss(e);
+      throw e;
     } finally {
       this.r.disconnect();
     }
+  }
+
+  // readNew reads new entries, only in one MULTI with XINFO STREAM and XINFO
+  // GROUPS, so that a gap before them is seen before reading past it hides
+  // it (they then stay pending, unapplied). When there are none, it waits for
+  // the next entry with XREAD, which delivers nothing to the group, and
+  // returns none: the caller's next read is checked too.
+  async readNew(block) {
+    const res = await this.r.multi().xinfo('STREAM', this.stream).xinfo('GROUPS', this.stream)
+      .xreadgroup('GROUP', this.o.group, this.name, 'COUNT', this.o.count, 'STREAMS', this.stream, '>').exec();
+    for (const [e] of res) if (e) throw e;
+    const info = toFields(res[0][1]);
+    const g = res[1][1].map(toFields).find((x) => x.name === this.o.group);
+    const n = g ? unreadGone(info, g) : 0;
+    if (n !== 0) {
+      throw new HistoryLost(historyLostMessage(this.stream, this.o.group, n > 0
+        ? `${n} entries it had not read were removed from the stream`
+        : 'entries it had not read were deleted from the stream (how many, Redis cannot tell)'));
+    }
+    if (!res[2][1]) await this.r.xread('COUNT', 1, 'BLOCK', block, 'STREAMS', this.stream, info['last-generated-id']);
+    return res[2][1];
   }
 
   // readOwnPending: after a restart under the same name, our own pending entries first.
@@ -495,6 +596,263 @@ class Consumer {
   }
 }
 
+// ---------------------------------------------------------------------------
+// --apply-stdin: a bootstrap of the mirror (examples/README.md, "Bootstrap").
+
+// jsonMembers returns the members of a line holding one JSON object: name ->
+// [value, the value's text as it is in the line], so that a document's
+// source is stored byte for byte and integers stay exact (JSON.parse rounds
+// those past 2^53).
+function jsonMembers(line) {
+  let obj;
+  try {
+    obj = JSON.parse(line);
+  } catch (e) {
+    throw new BadEntry(`not JSON: ${e.message}`);
+  }
+  if (obj === null || typeof obj !== 'object' || Array.isArray(obj)) throw new BadEntry('not a JSON object');
+  // JSON.parse checked the line: the scan below only finds where values end.
+  const ws = (i) => {
+    while (i < line.length && ' \t\n\r'.includes(line[i])) i++;
+    return i;
+  };
+  const stringEnd = (i) => { // i at the opening quote
+    for (i++; line[i] !== '"'; i++) if (line[i] === '\\') i++;
+    return i + 1;
+  };
+  const valueEnd = (i) => {
+    if (line[i] === '"') return stringEnd(i);
+    if (line[i] !== '{' && line[i] !== '[') {
+      while (i < line.length && !',}] \t\n\r'.includes(line[i])) i++;
+      return i;
+    }
+    for (let depth = 0; ;) {
+      const c = line[i];
+      if (c === '"') {
+        i = stringEnd(i);
+        continue;
+      }
+      if (c === '{' || c === '[') depth++;
+      else if ((c === '}' || c === ']') && --depth === 0) return i + 1;
+      i++;
+    }
+  };
+  const out = new Map();
+  for (let i = ws(0) + 1; ;) { // after "{"
+    i = ws(i);
+    if (line[i] === '}') return out;
+    if (line[i] === ',') i = ws(i + 1);
+    const nameEnd = stringEnd(i);
+    const name = JSON.parse(line.slice(i, nameEnd));
+    i = ws(ws(nameEnd) + 1); // past ":"
+    const end = valueEnd(i);
+    out.set(name, [obj[name], line.slice(i, end)]);
+    i = end;
+  }
+}
+
+// The JSON type of each field of the stdout sink's lines (the stream's
+// fields, typed: redisx.Event.MarshalJSON); any other field is a string.
+const JSON_INTS = ['shard', 'seq_no', 'primary_term', 'version'];
+const JSON_OBJECTS = ['source', 'counts'];
+
+// parseLine makes of one line of es-changefeed's stdout sink the event
+// parseEvent makes of a stream entry: the same checks, plus the JSON types.
+function parseLine(line) {
+  const fields = {};
+  for (const [name, [value, raw]] of jsonMembers(line)) {
+    let want = null;
+    if (JSON_INTS.includes(name)) {
+      if (!INT.test(raw)) want = 'an integer';
+    } else if (JSON_OBJECTS.includes(name)) {
+      if (value === null || typeof value !== 'object' || Array.isArray(value)) want = 'an object';
+    } else if (typeof value !== 'string') {
+      want = 'a string';
+    }
+    if (want) throw new BadEntry(`field "${name}" = ${raw.slice(0, 80)}: want ${want}`);
+    fields[name] = typeof value === 'string' ? value : raw;
+  }
+  const ev = parseEvent(fields);
+  if ((ev.op === 'snapshot_start' || ev.op === 'snapshot_end') && !(fields.index && fields.index_uuid)) {
+    throw new BadEntry(`${ev.op} without index and index_uuid: not a line of a bootstrap copy`);
+  }
+  return ev;
+}
+
+// stdinLines yields the lines of stdin as bytes (decoded by the caller, so
+// that a line that is not UTF-8 is an error, not replaced characters).
+async function* stdinLines() {
+  let buf = Buffer.alloc(0);
+  for await (const chunk of process.stdin) {
+    buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
+    for (let i; (i = buf.indexOf(10)) >= 0; buf = buf.subarray(i + 1)) yield buf.subarray(0, i);
+  }
+  if (buf.length > 0) yield buf;
+}
+
+// Applier (--apply-stdin) applies the copy of es-changefeed consume --group G
+// --bootstrap --bootstrap-only --sink stdout to the mirror, with the
+// workers' fence, stamped with the stream position the bootstrap recorded
+// (P): the copy's documents then order after every event the mirror applied
+// (all at or before P) and before every event the workers read next (all
+// after P). At each index's snapshot_end it drops what the copy did not
+// write (documents deleted while history was lost); once es-changefeed has
+// moved the group to P, those of indices the feed no longer follows. The
+// mirror's bootstrap marker keeps the workers off until all of it is done.
+class Applier {
+  constructor(opts) {
+    this.o = opts;
+    this.r = new Redis(opts.redis);
+    this.stream = `escf:{${opts.feed}}:events`;
+    this.hold = `escf-bootstrap:${opts.group}`; // es-changefeed's holding group
+    this.mirror = new Mirror(this.r, opts.mirror || `mirror:{${opts.feed}:${opts.group}}`);
+    this.position = null;
+    this.batch = [];
+    this.copied = new Map();
+    this.ended = new Set();
+    this.dropped = 0;
+  }
+
+  log(msg) {
+    process.stderr.write(`apply-stdin: ${msg}\n`);
+  }
+
+  // run returns 0 once every line is applied and es-changefeed positioned
+  // the group; 1, loudly, on a bad line, a short copy or a failed bootstrap
+  // (the marker stays: run the pipeline again).
+  async run(lines) {
+    try {
+      return await this.apply(lines);
+    } finally {
+      this.r.disconnect();
+    }
+  }
+
+  async apply(lines) {
+    await this.r.set(this.mirror.bootstrapKey,
+      `bootstrap of group ${this.o.group} running since ${new Date().toISOString()} (pid ${process.pid})`);
+    const utf8 = new TextDecoder('utf-8', { fatal: true });
+    let n = 0;
+    for await (const raw of lines) {
+      n++;
+      if (this.position === null) {
+        this.position = await this.recordedPosition();
+        if (this.position === null) return 1;
+        this.log(`applying the copy of group ${this.o.group}'s bootstrap to ${this.mirror.prefix}, stamped ${this.position} (the recorded position)`);
+      }
+      let line = '';
+      try {
+        try {
+          line = utf8.decode(raw);
+        } catch (e) {
+          throw new BadEntry(`not UTF-8 (${e.message})`);
+        }
+        await this.event(parseLine(line));
+      } catch (e) {
+        if (!(e instanceof BadEntry)) throw e;
+        this.log(`line ${n}: ${e.message}: ${raw.toString('utf8').trim().slice(0, 200)}`);
+        this.log(`stopped: the mirror stays refused to the workers (${this.mirror.bootstrapKey}); run the bootstrap again`);
+        return 1;
+      }
+    }
+    await this.flush();
+    if (n === 0) {
+      this.log('no line on stdin: es-changefeed consume --bootstrap failed before its copy (see its error); run it again');
+      return 1;
+    }
+    const problem = await this.unfinished();
+    if (problem) {
+      this.log(`${problem} after ${n} lines; run the bootstrap again (the mirror stays refused to the workers)`);
+      return 1;
+    }
+    await this.sweep();
+    await this.r.del(this.mirror.bootstrapKey);
+    const copied = [...this.copied.values()].reduce((a, b) => a + b, 0);
+    this.log(`done: ${copied} documents copied in ${this.ended.size} indices, ${this.dropped} dropped; group ${this.o.group} reads on after ${this.position}: start the workers`);
+    return 0;
+  }
+
+  async groups() {
+    return new Map((await this.r.xinfo('GROUPS', this.stream)).map(toFields).map((g) => [g.name, g]));
+  }
+
+  // recordedPosition is P: where es-changefeed holds the stream with its
+  // holding group during the copy, or, once it moved the group there (a
+  // short copy can be all written before this reads it), the group's.
+  async recordedPosition() {
+    const groups = await this.groups();
+    const g = groups.get(this.hold) || groups.get(this.o.group);
+    if (g) return g['last-delivered-id'];
+    this.log(`no bootstrap of group ${this.o.group} is running (${this.stream} has no group ${this.hold}): pipe ` +
+      `es-changefeed consume --group ${this.o.group} --bootstrap --bootstrap-only --sink stdout into this; ` +
+      'the mirror stays refused to the workers until one is applied');
+    return null;
+  }
+
+  async event(ev) {
+    if (ev.op === 'upsert' || ev.op === 'delete') {
+      this.batch.push(ev);
+      if (this.batch.length >= 200) await this.flush();
+      return;
+    }
+    await this.flush();
+    const uuid = ev.index_uuid;
+    if (ev.op === 'snapshot_start') {
+      this.copied.set(uuid, 0);
+    } else if (ev.op === 'snapshot_end') {
+      const want = JSON.parse(ev.counts)[ev.index] ?? 0;
+      if (!this.copied.has(uuid) || this.copied.get(uuid) < want) {
+        throw new BadEntry(`snapshot_end of ${ev.index} (${uuid}) counts ${want} documents, ${this.copied.get(uuid) ?? 0} came since its snapshot_start`);
+      }
+      const dropped = await this.mirror.dropStaleIndex(uuid, this.position);
+      this.dropped += dropped;
+      this.ended.add(uuid);
+      this.log(`index ${ev.index} (${uuid}): ${this.copied.get(uuid)} documents copied, ${dropped} the source no longer has dropped`);
+    } else if (ev.op === 'index_deleted') {
+      await this.mirror.indexDeleted(ev);
+    }
+  }
+
+  async flush() {
+    if (this.batch.length === 0) return;
+    const pipe = this.r.pipeline();
+    for (const ev of this.batch) this.mirror.apply(pipe, this.position, ev);
+    for (const [err] of await pipe.exec()) if (err) throw err; // loud, and the marker stays
+    for (const ev of this.batch) {
+      if (ev.op === 'upsert') this.copied.set(ev.index_uuid, (this.copied.get(ev.index_uuid) ?? 0) + 1);
+    }
+    this.batch = [];
+  }
+
+  // unfinished says why the bootstrap did not finish ('' if it did):
+  // es-changefeed drops its holding group in the MULTI that moves the group
+  // to P, after the last line; a copy cut short leaves it.
+  async unfinished() {
+    const groups = await this.groups();
+    if (groups.has(this.hold)) return `es-changefeed did not finish the bootstrap (its holding group ${this.hold} is still there: see its error)`;
+    if (!groups.has(this.o.group)) return `group ${this.o.group} does not exist`;
+    if (await this.r.hexists(`escf:{${this.o.feed}}:lost`, this.o.group)) return `a history loss is still recorded for group ${this.o.group}`;
+    return '';
+  }
+
+  // sweep drops the documents of indices the copy did not cover and the
+  // feed no longer follows (deleted while history was lost).
+  async sweep() {
+    const followed = new Set(await this.r.hkeys(`escf:{${this.o.feed}}:indices`));
+    for (const uuid of await this.r.hkeys(`${this.mirror.prefix}:indices`)) {
+      if (this.ended.has(uuid)) continue;
+      if (followed.has(uuid)) {
+        this.log(`index ${uuid} is followed by the feed but was not copied (closed, or not in --index): its documents stay as they were`);
+        continue;
+      }
+      const dropped = await this.mirror.dropStaleIndex(uuid, this.position);
+      this.dropped += dropped;
+      if ((await this.r.hlen(this.mirror.keys(uuid)[0])) === 0) await this.r.hdel(`${this.mirror.prefix}:indices`, uuid);
+      this.log(`index ${uuid} is no longer in the feed: dropped its ${dropped} documents`);
+    }
+  }
+}
+
 // runConsumer is a process's life: 0 after SIGTERM, 1 when history was lost.
 async function runConsumer(opts, name) {
   try {
@@ -522,6 +880,7 @@ async function main() {
       'min-idle-ms': { type: 'string', default: '60000' }, // reclaim entries pending this long
       'max-deliveries': { type: 'string', default: '10' },
       'check-interval': { type: 'string', default: '30' }, // seconds between history checks
+      'apply-stdin': { type: 'boolean', default: false }, // apply a bootstrap's copy from stdin, then exit (examples/README.md)
     },
   });
   if (!v.group || !['0', '$'].includes(v.start)) {
@@ -531,6 +890,7 @@ async function main() {
   const opts = { redis: v.redis, feed: v.feed, group: v.group, start: v.start, mirror: v.mirror,
     count: Number(v.count), blockMs: Number(v['block-ms']), minIdleMs: Number(v['min-idle-ms']),
     maxDeliveries: Number(v['max-deliveries']), checkInterval: Number(v['check-interval']) };
+  if (v['apply-stdin']) process.exit(await new Applier(opts).run(stdinLines()));
   const consumers = Number(v.consumers);
   if (consumers <= 1) process.exit(await runConsumer(opts, v.consumer));
 

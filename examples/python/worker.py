@@ -16,7 +16,13 @@ consumer in any language has to do (docs/CONSUMING.md is the contract):
   * a malformed entry, or one that keeps failing, goes to the feed's
     dead-letter stream (escf:{feed}:dead), acknowledged in the same MULTI;
   * history lost (entries removed before the group handled them) stops the
-    worker with exit code 1 and says what to do.
+    worker with exit code 1 and says what to do; it is recorded in
+    escf:{feed}:lost (as the Go consumers do), so that every later start
+    refuses the group too, until es-changefeed consume --bootstrap
+    re-initializes it;
+  * --apply-stdin applies the copy of such a bootstrap to the mirror (the
+    JSON lines of es-changefeed consume --bootstrap --bootstrap-only
+    --sink stdout, see examples/README.md).
 
     python worker.py --redis redis://localhost:6379/0 --feed orders --group mirror --consumers 3
 
@@ -28,6 +34,8 @@ keep its keys in one Redis Cluster slot, as a Lua script needs):
     <mirror>:indices             hash  index_uuid -> index name
     <mirror>:gone                set   uuids of deleted indices (never written again)
     <mirror>:snapshots           set   stream ids of snapshot_start markers not yet closed
+    <mirror>:bootstrap           string while set, workers refuse to start: the mirror lost
+                                        history, or a bootstrap of it has not finished
 
 This example reads an unpartitioned feed (es-changefeed run without
 --partitions); for a partitioned one, run a pool per partition stream
@@ -39,6 +47,7 @@ import json
 import multiprocessing
 import multiprocessing.connection
 import os
+import re
 import signal
 import socket
 import sys
@@ -124,7 +133,13 @@ class BadEntry(Exception):
 
 
 class HistoryLost(Exception):
-    """Entries the group had not handled are gone from the stream."""
+    """Entries the group had not handled are gone from the stream. record:
+    write it to escf:{feed}:lost and the mirror's bootstrap marker (found
+    now; once the group has read past the gap, its ids no longer show it)."""
+
+    def __init__(self, msg, record=True):
+        super().__init__(msg)
+        self.record = record
 
 
 class NotYet(Exception):
@@ -188,6 +203,10 @@ class Mirror:
         p = self.prefix
         return [p + ":docs:" + uuid, p + ":fence:" + uuid, p + ":indices", p + ":gone"]
 
+    @property
+    def bootstrap_key(self):
+        return self.prefix + ":bootstrap"
+
     def apply(self, pipe, stream_id, ev):
         """Queues one upsert or delete on a pipeline."""
         field = "%d/%s" % (ev["shard"], ev["id"])
@@ -209,13 +228,17 @@ class Mirror:
         if not starts:
             raise NotYet("snapshot_end %s: its snapshot_start is not applied yet" % stream_id)
         start = max(starts, key=id_key)
-        dropped = 0
-        for uuid in self.r.hkeys(self.prefix + ":indices"):
-            keys = self.keys(uuid)[:2]
-            for field, value in self.r.hscan_iter(keys[1], count=500):
-                if id_key(value.split(" ")[1]) < id_key(start) and not value.endswith(" dropped"):
-                    dropped += self.drop_stale(keys=keys, args=[field, start])
+        dropped = sum(self.drop_stale_index(uuid, start) for uuid in self.r.hkeys(self.prefix + ":indices"))
         self.r.srem(self.prefix + ":snapshots", *[s for s in starts if id_key(s) <= id_key(start)])
+        return dropped
+
+    def drop_stale_index(self, uuid, start):
+        """Drops the documents of one index that nothing at or after the
+        stream id start wrote; returns how many."""
+        keys, dropped = self.keys(uuid)[:2], 0
+        for field, value in self.r.hscan_iter(keys[1], count=500):
+            if id_key(value.split(" ")[1]) < id_key(start) and not value.endswith(" dropped"):
+                dropped += self.drop_stale(keys=keys, args=[field, start])
         return dropped
 
 
@@ -265,6 +288,24 @@ def missed_entries(r, stream, group):
     return info["entries-added"] - read - after
 
 
+def unread_gone(info, g):
+    """The entries after the group's last-delivered-id that were removed
+    before it read them, from one XINFO STREAM and XINFO GROUPS alone (no
+    XRANGE, so that it fits in the MULTI of a read, as the Go pool's
+    readChecked): 0 when none, -1 when some were and Redis cannot tell how
+    many."""
+    last = g["last-delivered-id"]
+    first = info["first-entry"][0] if info["first-entry"] else None
+    if first is not None and id_key(first) <= id_key(last):
+        # Trimming removes a prefix, which then ends before anything
+        # unread; an XDEL after last-delivered-id removed an unread entry.
+        return -1 if id_key(last) < id_key(info["max-deleted-entry-id"]) else 0
+    read = g["entries-read"]  # everything still in the stream is unread
+    if read is None:
+        return info["entries-added"] - info["length"] if last == "0-0" else -1
+    return max(info["entries-added"] - read - info["length"], 0)
+
+
 def history_lost_message(stream, group, what):
     return ("history lost: group %s of %s: %s. The mirror can no longer be trusted: "
             "re-initialize it (es-changefeed consume --group %s --bootstrap …, "
@@ -282,6 +323,7 @@ class Consumer:
         self.r = redis.Redis.from_url(args.redis, decode_responses=True)
         self.stream = "escf:{%s}:events" % args.feed
         self.dead = "escf:{%s}:dead" % args.feed
+        self.lost = "escf:{%s}:lost" % args.feed
         self.mirror = Mirror(self.r, args.mirror or "mirror:{%s:%s}" % (args.feed, args.group))
         self.stopping = False
         self.stats = dict(applied=0, refused=0, acked=0, reclaimed=0, dead=0, failed=0)
@@ -307,9 +349,9 @@ class Consumer:
             if removed > 0:
                 raise HistoryLost(
                     "new group %s: %s no longer holds the feed from its start (%d entries were removed): "
-                    "bootstrap the mirror (es-changefeed consume --group %s --bootstrap …), or copy the "
-                    "indices yourself and start at the end with --start '$'" % (
-                        self.args.group, self.stream, removed, self.args.group))
+                    "bootstrap the mirror (es-changefeed consume --group %s --bootstrap …, examples/README.md), "
+                    "or copy the indices yourself and start at the end with --start '$'" % (
+                        self.args.group, self.stream, removed, self.args.group), record=False)
             pos, read = "0", 0
         try:
             self.r.xgroup_create(self.stream, self.args.group, pos, mkstream=True, entries_read=read)
@@ -318,7 +360,35 @@ class Consumer:
             if not str(e).startswith("BUSYGROUP"):  # another consumer was first
                 raise
 
+    def check_recorded(self):
+        """Refuses the group while a loss is recorded for it (by this
+        example or a Go consumer), or while the mirror awaits a bootstrap."""
+        rec = self.r.hget(self.lost, self.args.group)
+        if rec:
+            raise HistoryLost("history lost: group %s of %s, recorded in %s when it was found; the group stays "
+                              "refused until es-changefeed consume --group %s --bootstrap re-initializes it: %s" % (
+                                  self.args.group, self.stream, self.lost, self.args.group, rec), record=False)
+        marker = self.r.get(self.mirror.bootstrap_key)
+        if marker:
+            raise HistoryLost("group %s: the mirror %s awaits a bootstrap (%s: %s): pipe es-changefeed consume "
+                              "--group %s --bootstrap --bootstrap-only --sink stdout … into worker.py --apply-stdin "
+                              "(examples/README.md)" % (self.args.group, self.mirror.prefix, self.mirror.bootstrap_key,
+                                                        marker, self.args.group), record=False)
+
+    def record_loss(self, err):
+        """Writes the loss where every later start finds it: escf:{feed}:lost
+        (field = group, the first one stays; status reports it and
+        es-changefeed consume --bootstrap clears it) and the mirror's
+        bootstrap marker (cleared by --apply-stdin once the copy is in)."""
+        for what, write in ((self.lost, lambda: self.r.hsetnx(self.lost, self.args.group, str(err))),
+                            (self.mirror.bootstrap_key, lambda: self.r.set(self.mirror.bootstrap_key, "needed: " + str(err), nx=True))):
+            try:
+                write()
+            except redis.RedisError as e:
+                self.log("cannot record the history loss in %s: %s" % (what, e))
+
     def check_history(self):
+        self.check_recorded()
         n = missed_entries(self.r, self.stream, self.args.group)
         if n is None:
             self.log("cannot tell whether history was lost (the group's entries-read is unknown)")
@@ -329,6 +399,7 @@ class Consumer:
     def run(self):
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
+        self.check_recorded()
         self.ensure_group()
         self.check_history()
         min_idle = self.args.min_idle_ms
@@ -344,8 +415,7 @@ class Consumer:
                 if now >= next_check:
                     self.check_history()
                     next_check = now + self.args.check_interval
-                reply = self.r.xreadgroup(self.args.group, self.name, {self.stream: ">"},
-                                          count=self.args.count, block=block)
+                reply = self.read_new(block)
                 for _, entries in reply or []:
                     self.handle(entries, {})
             except (redis.ConnectionError, redis.TimeoutError) as e:
@@ -354,6 +424,27 @@ class Consumer:
                 self.log("Redis failed (%s); retrying in 1s" % e)
                 time.sleep(1)
         self.log("stopped: " + ", ".join("%s %d" % kv for kv in self.stats.items()))
+
+    def read_new(self, block):
+        """New entries, read only in one MULTI with XINFO STREAM and XINFO
+        GROUPS, so that a gap before them is seen before reading past it
+        hides it (they then stay pending, unapplied). When there are none,
+        it waits for the next entry with XREAD, which delivers nothing to
+        the group, and returns none: the caller's next read is checked too."""
+        with self.r.pipeline(transaction=True) as p:
+            p.xinfo_stream(self.stream)
+            p.xinfo_groups(self.stream)
+            p.xreadgroup(self.args.group, self.name, {self.stream: ">"}, count=self.args.count)
+            info, groups, reply = p.execute()
+        g = next((g for g in groups if g["name"] == self.args.group), None)
+        n = unread_gone(info, g) if g else 0
+        if n:
+            raise HistoryLost(history_lost_message(self.stream, self.args.group, (
+                "%d entries it had not read were removed from the stream" % n) if n > 0 else
+                "entries it had not read were deleted from the stream (how many, Redis cannot tell)"))
+        if not reply:
+            self.r.xread({self.stream: info["last-generated-id"]}, count=1, block=block)
+        return reply
 
     def stop(self, *_):
         self.stopping = True  # the loop finishes its batch, then returns
@@ -482,12 +573,218 @@ class Consumer:
         self.log("entry %s dead-lettered to %s: %s" % (stream_id, self.dead, err))
 
 
+# ---------------------------------------------------------------------------
+# --apply-stdin: a bootstrap of the mirror (examples/README.md, "Bootstrap").
+
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def _no_constant(name):
+    raise ValueError("%s is not JSON" % name)
+
+
+def json_members(line):
+    """The members of a line holding one JSON object: name -> (value, the
+    value's text as it is in the line), so that a document's source is
+    stored byte for byte and integers stay exact."""
+    dec = json.JSONDecoder(parse_constant=_no_constant)
+    try:
+        obj = dec.decode(line)  # the whole line, nothing after the object
+    except ValueError as e:
+        raise BadEntry("not JSON: %s" % e) from None
+    if not isinstance(obj, dict):
+        raise BadEntry("not a JSON object")
+    out, i = {}, _WS.match(line).end() + 1  # after "{"
+    while True:
+        i = _WS.match(line, i).end()
+        if line[i] == "}":
+            return out
+        if line[i] == ",":
+            i = _WS.match(line, i + 1).end()
+        name, i = json.decoder.scanstring(line, i + 1)
+        i = _WS.match(line, _WS.match(line, i).end() + 1).end()  # past ":"
+        value, end = dec.raw_decode(line, i)
+        out[name], i = (value, line[i:end]), end
+
+
+# The JSON type of each field of the stdout sink's lines (the stream's
+# fields, typed: redisx.Event.MarshalJSON); any other field is a string.
+JSON_INTS = ("shard", "seq_no", "primary_term", "version")
+JSON_OBJECTS = ("source", "counts")
+
+
+def parse_line(line):
+    """One line of es-changefeed's stdout sink as the event parse_event
+    makes of a stream entry: the same checks, plus the JSON types."""
+    fields = {}
+    for name, (value, raw) in json_members(line).items():
+        if name in JSON_INTS:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif name in JSON_OBJECTS:
+            ok = isinstance(value, dict)
+        else:
+            ok = isinstance(value, str)
+        if not ok:
+            raise BadEntry("field %r = %s: want %s" % (name, raw[:80], "an integer" if name in JSON_INTS else
+                                                          "an object" if name in JSON_OBJECTS else "a string"))
+        fields[name] = value if isinstance(value, str) else raw
+    ev = parse_event(fields)
+    if ev["op"] in ("snapshot_start", "snapshot_end") and not (fields.get("index") and fields.get("index_uuid")):
+        raise BadEntry("%s without index and index_uuid: not a line of a bootstrap copy" % ev["op"])
+    return ev
+
+
+class Applier:
+    """--apply-stdin: applies the copy of es-changefeed consume --group G
+    --bootstrap --bootstrap-only --sink stdout to the mirror, with the
+    workers' fence, stamped with the stream position the bootstrap
+    recorded (P): the copy's documents then order after every event the
+    mirror applied (all at or before P) and before every event the workers
+    read next (all after P). At each index's snapshot_end it drops what the
+    copy did not write (documents deleted while history was lost); once
+    es-changefeed has moved the group to P, those of indices the feed no
+    longer follows. The mirror's bootstrap marker keeps the workers off
+    until all of it is done."""
+
+    BATCH = 200
+
+    def __init__(self, args):
+        self.args = args
+        self.r = redis.Redis.from_url(args.redis, decode_responses=True)
+        self.stream = "escf:{%s}:events" % args.feed
+        self.hold = "escf-bootstrap:" + args.group  # es-changefeed's holding group
+        self.mirror = Mirror(self.r, args.mirror or "mirror:{%s:%s}" % (args.feed, args.group))
+        self.position = None
+        self.batch, self.copied, self.dropped = [], {}, 0
+        self.ended = set()
+
+    def log(self, msg):
+        print("apply-stdin: %s" % msg, file=sys.stderr, flush=True)
+
+    def run(self, lines):
+        """0 once every line is applied and es-changefeed positioned the
+        group; 1, loudly, on a bad line, a short copy or a failed
+        bootstrap (the marker stays: run the pipeline again)."""
+        self.r.set(self.mirror.bootstrap_key, "bootstrap of group %s running since %s (pid %d)" % (
+            self.args.group, datetime.now(timezone.utc).isoformat(), os.getpid()))
+        n = 0
+        for n, raw in enumerate(lines, 1):
+            if self.position is None:
+                self.position = self.recorded_position()
+                self.log("applying the copy of group %s's bootstrap to %s, stamped %s (the recorded position)" % (
+                    self.args.group, self.mirror.prefix, self.position))
+            try:
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise BadEntry("not UTF-8 (%s)" % e) from None
+                self.apply(parse_line(line))
+            except BadEntry as e:
+                self.log("line %d: %s: %s" % (n, e, raw.strip()[:200].decode("utf-8", "replace")))
+                self.log("stopped: the mirror stays refused to the workers (%s); run the bootstrap again" % self.mirror.bootstrap_key)
+                return 1
+        self.flush()
+        if n == 0:
+            self.log("no line on stdin: es-changefeed consume --bootstrap failed before its copy (see its error); run it again")
+            return 1
+        problem = self.unfinished()
+        if problem:
+            self.log("%s after %d lines; run the bootstrap again (the mirror stays refused to the workers)" % (problem, n))
+            return 1
+        self.sweep()
+        self.r.delete(self.mirror.bootstrap_key)
+        self.log("done: %d documents copied in %d indices, %d dropped; group %s reads on after %s: start the workers" % (
+            sum(self.copied.values()), len(self.ended), self.dropped, self.args.group, self.position))
+        return 0
+
+    def recorded_position(self):
+        """P: where es-changefeed holds the stream with its holding group
+        during the copy, or, once it moved the group there (a short copy
+        can be all written before this reads it), the group's position."""
+        groups = {g["name"]: g for g in self.r.xinfo_groups(self.stream)}
+        g = groups.get(self.hold) or groups.get(self.args.group)
+        if g is None:
+            raise SystemExit("apply-stdin: no bootstrap of group %s is running (%s has no group %s): pipe "
+                             "es-changefeed consume --group %s --bootstrap --bootstrap-only --sink stdout into this; "
+                             "the mirror stays refused to the workers until one is applied" % (
+                                 self.args.group, self.stream, self.hold, self.args.group))
+        return g["last-delivered-id"]
+
+    def apply(self, ev):
+        op = ev["op"]
+        if op in ("upsert", "delete"):
+            self.batch.append(ev)
+            if len(self.batch) >= self.BATCH:
+                self.flush()
+            return
+        self.flush()
+        uuid = ev["index_uuid"]
+        if op == "snapshot_start":
+            self.copied[uuid] = 0
+        elif op == "snapshot_end":
+            want = json.loads(ev["counts"]).get(ev["index"], 0)
+            if uuid not in self.copied or self.copied[uuid] < want:
+                raise BadEntry("snapshot_end of %s (%s) counts %d documents, %d came since its snapshot_start" % (
+                    ev["index"], uuid, want, self.copied.get(uuid, 0)))
+            dropped = self.mirror.drop_stale_index(uuid, self.position)
+            self.dropped += dropped
+            self.ended.add(uuid)
+            self.log("index %s (%s): %d documents copied, %d the source no longer has dropped" % (
+                ev["index"], uuid, self.copied[uuid], dropped))
+        elif op == "index_deleted":
+            self.mirror.index_deleted(ev)
+
+    def flush(self):
+        if not self.batch:
+            return
+        pipe = self.r.pipeline(transaction=False)
+        for ev in self.batch:
+            self.mirror.apply(pipe, self.position, ev)
+        pipe.execute()  # an error is raised: loud, and the marker stays
+        for ev in self.batch:
+            if ev["op"] == "upsert":
+                self.copied[ev["index_uuid"]] = self.copied.get(ev["index_uuid"], 0) + 1
+        self.batch = []
+
+    def unfinished(self):
+        """Why the bootstrap did not finish ("" if it did): es-changefeed
+        drops its holding group in the MULTI that moves the group to P,
+        after the last line; a copy cut short leaves it."""
+        groups = {g["name"]: g for g in self.r.xinfo_groups(self.stream)}
+        if self.hold in groups:
+            return "es-changefeed did not finish the bootstrap (its holding group %s is still there: see its error)" % self.hold
+        if self.args.group not in groups:
+            return "group %s does not exist" % self.args.group
+        if self.r.hexists("escf:{%s}:lost" % self.args.feed, self.args.group):
+            return "a history loss is still recorded for group %s" % self.args.group
+        return ""
+
+    def sweep(self):
+        """The documents of indices the copy did not cover and the feed no
+        longer follows (deleted while history was lost): dropped."""
+        followed = set(self.r.hkeys("escf:{%s}:indices" % self.args.feed))
+        for uuid in self.r.hkeys(self.mirror.prefix + ":indices"):
+            if uuid in self.ended:
+                continue
+            if uuid in followed:
+                self.log("index %s is followed by the feed but was not copied (closed, or not in --index): its documents stay as they were" % uuid)
+                continue
+            dropped = self.mirror.drop_stale_index(uuid, self.position)
+            self.dropped += dropped
+            if self.r.hlen(self.mirror.keys(uuid)[0]) == 0:
+                self.r.hdel(self.mirror.prefix + ":indices", uuid)
+            self.log("index %s is no longer in the feed: dropped its %d documents" % (uuid, dropped))
+
+
 def run_consumer(args, name):
     """A process's life: 0 after SIGTERM, 1 when history was lost."""
+    c = Consumer(args, name)
     try:
-        Consumer(args, name).run()
+        c.run()
         return 0
     except HistoryLost as e:
+        if e.record:
+            c.record_loss(e)
         print("%s: %s" % (name, e), file=sys.stderr, flush=True)
         return 1
 
@@ -512,7 +809,15 @@ def main():
                     help="reclaim entries pending this long (their consumer died)")
     ap.add_argument("--max-deliveries", type=int, default=10)
     ap.add_argument("--check-interval", type=float, default=30, help="seconds between history checks")
+    ap.add_argument("--apply-stdin", action="store_true",
+                    help="apply a bootstrap's copy (the JSON lines of es-changefeed consume --group G --bootstrap "
+                         "--bootstrap-only --sink stdout) to the mirror, then exit; see examples/README.md")
     args = ap.parse_args()
+    if args.apply_stdin:
+        try:
+            sys.exit(Applier(args).run(sys.stdin.buffer))
+        except redis.RedisError as e:
+            sys.exit("apply-stdin: Redis failed (%s); the mirror stays refused to the workers: run the bootstrap again" % e)
     if args.consumers <= 1:
         sys.exit(run_consumer(args, args.consumer))
     # A pool of processes; SIGTERM is passed on, each drains its batch.
