@@ -469,6 +469,10 @@ func testExampleMirror(t *testing.T, ew exampleWorker) {
 //   - the stream was trimmed past the group (entries it never read are
 //     gone: entries-added − entries-read − entries still after
 //     last-delivered-id);
+//   - the stream was trimmed past the group while the worker ran (between
+//     its periodic checks): the read that sees the gap reads past it, so
+//     the group's ids no longer show it, and a restart refuses the group
+//     from the loss recorded in escf:{feed}:lost;
 //   - entries pending for a dead consumer were trimmed (XAUTOCLAIM reports
 //     their ids as deleted);
 //   - a new group would start on a stream that no longer holds the feed
@@ -583,4 +587,301 @@ func testExampleHistoryLost(t *testing.T, ew exampleWorker) {
 			t.Fatalf("the mirror holds %d documents: something was applied after history was lost", len(m.docs))
 		}
 	})
+
+	t.Run("trimmed while it reads", func(t *testing.T) {
+		f := startRelay(t, c, srv.URL(), "hl3-"+ew.name, []string{ix}, nil)
+		stream, mirror := f.keys.Events(), "mirror:{hl-c}"
+		waitCaughtUp(t, c, f.store, []string{ix}, 10*time.Second)
+		// The history check every 30s does not come: only the checks made
+		// with each read can see the gap.
+		w := startWorker(t, argv, ew.name+" c", exampleArgs(srv.URL(), f.name, "c", mirror, "--consumer", "c1")...)
+		waitGroupDone(t, rdb, stream, "c", 20*time.Second)
+		applied := len(readExampleMirror(t, rdb, mirror).docs)
+		_ = syscall.Kill(w.cmd.Process.Pid, syscall.SIGSTOP)
+		put(40, 80)
+		waitCaughtUp(t, c, f.store, []string{ix}, 10*time.Second)
+		if err := rdb.XTrimMaxLen(ctx, stream, 5).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_ = syscall.Kill(w.cmd.Process.Pid, syscall.SIGCONT)
+		expectExit1(w, "history lost", "group c", "35 entries", "--bootstrap")
+		// The read that saw the gap read past it: by ids (redisx.ReadGroup,
+		// status) the stream no longer shows it — only the read counters
+		// still do — and what it read stays pending, unapplied.
+		if _, g, _, err := redisx.ReadGroup(ctx, rdb, stream, "c"); err != nil || g.HistoryLost() || g.Pending != 5 {
+			t.Fatalf("group after the stop: %+v, %v; want the gap read past (no loss visible) and the 5 entries after it pending", g, err)
+		}
+		if got := len(readExampleMirror(t, rdb, mirror).docs); got != applied {
+			t.Fatalf("the mirror holds %d documents, %d before the gap: something after it was applied", got, applied)
+		}
+		w = startWorker(t, argv, ew.name+" c again", exampleArgs(srv.URL(), f.name, "c", mirror, "--consumer", "c1")...)
+		expectExit1(w, "history lost", "recorded in "+f.keys.Lost(), "35 entries", "--bootstrap")
+	})
+}
+
+// bootstrapPipeline runs the bootstrap of examples/README.md: es-changefeed
+// consume --group G --bootstrap --bootstrap-only --sink stdout piped into
+// the example's --apply-stdin, and expects both to exit 0. It returns what
+// the applier wrote.
+func bootstrapPipeline(tb testing.TB, c backend, argv []string, redisURL, feed, group, mirror string) string {
+	tb.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srcOut, appOut := &syncBuffer{}, &syncBuffer{}
+	src := exec.Command(binary(tb), append([]string{"consume", "--redis", redisURL, "--feed", feed, "--group", group,
+		"--bootstrap", "--bootstrap-only", "--sink", "stdout"}, inspect(c).cliArgs()...)...)
+	src.Stdout, src.Stderr = w, srcOut
+	app := exec.Command(argv[0], append(argv[1:], "--apply-stdin", "--redis", redisURL, "--feed", feed,
+		"--group", group, "--mirror", mirror)...)
+	app.Stdin, app.Stdout, app.Stderr = r, appOut, appOut
+	if err := app.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := src.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	w.Close() // the children hold the ends now
+	r.Close()
+	wait := func(cmd *exec.Cmd) <-chan int {
+		ch := make(chan int, 1)
+		go func() { _ = cmd.Wait(); ch <- cmd.ProcessState.ExitCode() }()
+		return ch
+	}
+	srcDone, appDone := wait(src), wait(app)
+	timeout := time.After(2 * time.Minute)
+	codes := map[string]int{}
+	for len(codes) < 2 {
+		select {
+		case codes["es-changefeed"] = <-srcDone:
+		case codes["applier"] = <-appDone:
+		case <-timeout:
+			_ = src.Process.Kill()
+			_ = app.Process.Kill()
+			tb.Fatalf("the bootstrap pipeline of group %s did not end within 2 minutes:\nes-changefeed:\n%s\n%s --apply-stdin:\n%s",
+				group, tail(srcOut.String(), 20), argv[0], appOut)
+		}
+	}
+	if codes["es-changefeed"] != 0 || codes["applier"] != 0 {
+		tb.Fatalf("the bootstrap pipeline of group %s: es-changefeed exit %d, --apply-stdin exit %d; want 0 and 0:\nes-changefeed:\n%s\n--apply-stdin:\n%s",
+			group, codes["es-changefeed"], codes["applier"], tail(srcOut.String(), 20), appOut)
+	}
+	return appOut.String()
+}
+
+// waitDelivered waits until the relay's delivered sets of the index hold
+// exactly the index's documents: every delete a scan could find is in the
+// stream (the stream itself, trimmed, can no longer be replayed).
+func waitDelivered(tb testing.TB, c backend, rdb *redis.Client, keys redisx.Keys, index string, shards int, timeout time.Duration) {
+	tb.Helper()
+	uuid := indexUUID(tb, c, index)
+	deadline := time.Now().Add(timeout)
+	for {
+		want := clusterDocs(tb, c, index)
+		got := map[docKey]bool{}
+		for s := 0; s < shards; s++ {
+			ids, err := rdb.SMembers(context.Background(), keys.Delivered(uuid, s)).Result()
+			if err != nil {
+				tb.Fatal(err)
+			}
+			for _, id := range ids {
+				got[docKey{uuid, s, id}] = true
+			}
+		}
+		diff := 0
+		for k := range want {
+			if !got[k] {
+				diff++
+			}
+		}
+		if diff == 0 && len(got) == len(want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the relay's delivered sets of %s did not come to its %d documents within %s (%d delivered, %d missing)",
+				index, len(want), timeout, len(got), diff)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestExamples_Bootstrap: an example worker pool mirrors a real relay's
+// feed (--deletes, a 3-node emulator) while 4 writers index, update and
+// delete, and is stopped. Then an index it mirrored is deleted, and so are
+// 20 documents of its own; the writers go on until the stream is trimmed
+// to a tenth, past the group, taking those deletes with it. The worker
+// refuses the group (exit 1, history lost), records the loss, and refuses
+// again from the record; a new group on the trimmed stream is refused too.
+// While the writers still write, es-changefeed consume --bootstrap
+// --bootstrap-only --sink stdout piped into the worker's --apply-stdin
+// re-initializes the mirror (and builds a new one for the new group): the
+// documents deleted during the gap are gone from it at once, the group is
+// at the recorded position and healthy, and the workers resume. Once the
+// writers stopped, the relay delivered everything and each group has lag
+// 0 and nothing pending, both mirrors equal the index exactly.
+func TestExamples_Bootstrap(t *testing.T) {
+	for _, w := range exampleWorkers {
+		t.Run(w.name, func(t *testing.T) { testExampleBootstrap(t, w) })
+	}
+}
+
+func testExampleBootstrap(t *testing.T, ew exampleWorker) {
+	c := cluster(t, esemu.Config{Nodes: 3, OutOfOrder: true})
+	argv := ew.argv(t)
+	ctx := context.Background()
+	ix, old := "bs-orders", "bs-old"
+	createIndex(t, c, ix, 3, 1)
+	createIndex(t, c, old, 1, 0)
+	for i := 0; i < 20; i++ {
+		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/old-%d", c.URL(), old, i), fmt.Sprintf(`{"n":%d}`, i))
+		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/gap-%d", c.URL(), ix, i), fmt.Sprintf(`{"gap":%d}`, i))
+	}
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	feedName, group, mirror := "bs-"+ew.name, "mirror", "mirror:{bs}"
+	fresh, freshMirror := "fresh", "mirror:{bs-fresh}"
+	keys := redisx.NewKeys(feedName)
+	stream := keys.Events()
+	startBinary(t, relayArgs(c, srv.URL(), feedName, "bs-*", "--deletes", "--delete-scan-interval", "50ms")...)
+	store := storeFor(t, srv, feedName)
+	oldUUID, uuid := indexUUID(t, c, old), indexUUID(t, c, ix)
+	// held reports which of the documents the gap takes the mirror holds.
+	held := func(prefix string) (olds, gaps int) {
+		m := readExampleMirror(t, rdb, prefix)
+		for k := range m.docs {
+			switch {
+			case k.uuid == oldUUID:
+				olds++
+			case strings.HasPrefix(k.id, "gap-"):
+				gaps++
+			}
+		}
+		return olds, gaps
+	}
+
+	args := exampleArgs(srv.URL(), feedName, group, mirror)
+	stopWriters := startWriters(t, c, ix, 4, 15, true, false)
+	pool := startWorker(t, argv, ew.name+" pool", append(args, "--consumers", "2", "--consumer", "pool")...)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if o, g := held(mirror); o == 20 && g == 20 && rdb.XLen(ctx, stream).Val() >= 300 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the %s pool did not mirror %s and the gap-* documents of %s within 30s", ew.name, old, ix)
+		}
+	}
+	pool.stop(t)
+	before := readExampleMirror(t, rdb, mirror)
+
+	// The gap: an index and 20 documents the mirror holds are deleted, and
+	// the relay writes their deletes; the stream grows, then is trimmed to
+	// a tenth, past the group and those deletes.
+	mustDo(t, "DELETE", c.URL()+"/"+old, "")
+	for i := 0; i < 20; i++ {
+		mustDo(t, "DELETE", fmt.Sprintf("%s/%s/_doc/gap-%d", c.URL(), ix, i), "")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for rdb.HExists(ctx, keys.Indices(), oldUUID).Val() || !gapDeleted(t, rdb, keys, uuid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay did not end %s and delete the gap-* documents within 30s", old)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	deletesAt := rdb.XLen(ctx, stream).Val()
+	for target := deletesAt + 1000; rdb.XLen(ctx, stream).Val() < target; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline.Add(90 * time.Second)) {
+			t.Fatalf("the stream did not reach %d entries", target)
+		}
+	}
+	n := rdb.XLen(ctx, stream).Val()
+	if err := rdb.XTrimMaxLen(ctx, stream, n/10).Err(); err != nil {
+		t.Fatal(err)
+	}
+	st, g, _, err := redisx.ReadGroup(ctx, rdb, stream, group)
+	if err != nil || g.LostUnread <= 0 || st.EntriesAdded-st.Length < deletesAt {
+		t.Fatalf("after the trim: stream %+v, group %+v (%v); want the group's unread entries and the gap's deletes (the first %d entries) trimmed", st, g, err, deletesAt)
+	}
+	lost := g.LostUnread
+
+	// Refused: found in the stream and recorded, then refused by the record.
+	w := startWorker(t, argv, ew.name+" refused", append(args, "--consumer", "pool-1")...)
+	if code := w.exit(20 * time.Second); code != 1 || !strings.Contains(w.out.String(), "history lost") || !strings.Contains(w.out.String(), "--bootstrap") {
+		t.Fatalf("the %s worker on the trimmed group: exit %d, want 1 with history lost and --bootstrap:\n%s", ew.name, code, w.out)
+	}
+	if rec, _ := redisx.RecordedLoss(ctx, rdb, keys, group); !strings.HasPrefix(rec, "history lost") {
+		t.Fatalf("%s field %s = %q; want the worker's history-lost message", keys.Lost(), group, rec)
+	}
+	if v := rdb.Get(ctx, mirror+":bootstrap").Val(); !strings.HasPrefix(v, "needed: history lost") {
+		t.Fatalf("%s:bootstrap = %q; want it marked as needing a bootstrap", mirror, v)
+	}
+	w = startWorker(t, argv, ew.name+" refused again", append(args, "--consumer", "pool-1")...)
+	if code := w.exit(20 * time.Second); code != 1 || !strings.Contains(w.out.String(), "recorded in "+keys.Lost()) {
+		t.Fatalf("the %s worker restarted: exit %d, want 1 naming the record in %s:\n%s", ew.name, code, keys.Lost(), w.out)
+	}
+	freshArgs := exampleArgs(srv.URL(), feedName, fresh, freshMirror)
+	w = startWorker(t, argv, ew.name+" fresh refused", freshArgs...)
+	if code := w.exit(20 * time.Second); code != 1 || !strings.Contains(w.out.String(), "no longer holds the feed from its start") {
+		t.Fatalf("the %s worker of a new group on the trimmed stream: exit %d, want 1:\n%s", ew.name, code, w.out)
+	}
+
+	// The bootstraps, while the writers write: then the workers resume.
+	if got := readExampleMirror(t, rdb, mirror); fmt.Sprint(got.docs) != fmt.Sprint(before.docs) {
+		t.Fatalf("the mirror changed while refused: %d documents, %d before", len(got.docs), len(before.docs))
+	}
+	out := bootstrapPipeline(t, c, argv, srv.URL(), feedName, group, mirror)
+	if o, gp := held(mirror); o != 0 || gp != 0 {
+		t.Fatalf("after the bootstrap the mirror still holds %d documents of the deleted %s and %d deleted gap-* documents:\n%s", o, old, gp, out)
+	}
+	_, g, _, err = redisx.ReadGroup(ctx, rdb, stream, group)
+	rec, _ := redisx.RecordedLoss(ctx, rdb, keys, group)
+	if err != nil || g.HistoryLost() || rec != "" || rdb.Exists(ctx, mirror+":bootstrap").Val() != 0 {
+		t.Fatalf("after the bootstrap: group %+v (%v), recorded loss %q, marker %q; want a healthy group and neither",
+			g, err, rec, rdb.Get(ctx, mirror+":bootstrap").Val())
+	}
+	copied := len(readExampleMirror(t, rdb, mirror).docs)
+	pool = startWorker(t, argv, ew.name+" pool again", append(args, "--consumers", "2", "--consumer", "pool")...)
+	bootstrapPipeline(t, c, argv, srv.URL(), feedName, fresh, freshMirror)
+	copiedFresh := len(readExampleMirror(t, rdb, freshMirror).docs)
+	freshPool := startWorker(t, argv, ew.name+" fresh pool", append(freshArgs, "--consumers", "2", "--consumer", "fresh")...)
+	time.Sleep(2 * time.Second) // the workers follow the writers
+	ws := stopWriters()
+	ops, _ := writerOps(ws)
+
+	waitCaughtUp(t, c, store, []string{ix}, 30*time.Second)
+	waitDelivered(t, c, rdb, keys, ix, 3, 30*time.Second)
+	want := clusterDocs(t, c, ix)
+	for _, m := range []struct{ group, prefix string }{{group, mirror}, {fresh, freshMirror}} {
+		waitGroupDone(t, rdb, stream, m.group, 60*time.Second)
+		got := readExampleMirror(t, rdb, m.prefix)
+		if diff := diffExampleMirror(got, uuid, want); diff != "" {
+			t.Fatalf("the %s workers' mirror of group %s differs from %s after the bootstrap:\n%s", ew.name, m.group, ix, diff)
+		}
+	}
+	if gs := rdb.XInfoGroups(ctx, stream).Val(); len(gs) != 2 {
+		t.Fatalf("groups %+v; want %s and %s alone (the holding groups dropped)", gs, group, fresh)
+	}
+	t.Logf("%s: %d writes; the stream trimmed from %d to %d entries past the group (%d unread lost, the deletes of %s and of 20 documents among them); "+
+		"the bootstrap left %d documents in the re-initialized mirror and %d in the new one, and both followed on to the index's %d documents exactly",
+		ew.name, ops, n, n/10, lost, old, copied, copiedFresh, len(want))
+	pool.stop(t)
+	freshPool.stop(t)
+}
+
+// gapDeleted reports whether the relay delivered the deletes of the gap-*
+// documents (none is in its delivered sets any more).
+func gapDeleted(tb testing.TB, rdb *redis.Client, keys redisx.Keys, uuid string) bool {
+	tb.Helper()
+	for s := 0; s < 3; s++ {
+		ids, err := rdb.SMembers(context.Background(), keys.Delivered(uuid, s)).Result()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, id := range ids {
+			if strings.HasPrefix(id, "gap-") {
+				return false
+			}
+		}
+	}
+	return true
 }
