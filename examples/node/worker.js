@@ -248,45 +248,13 @@ class Mirror {
 // ---------------------------------------------------------------------------
 // History lost: see docs/CONSUMING.md "History lost" for the arithmetic.
 
-// missedEntries says how many entries the group never read are gone from
-// the stream (0 when none), or null when Redis cannot tell.
-async function missedEntries(r, stream, group) {
-  // XINFO STREAM and XINFO GROUPS in one MULTI: one consistent view.
-  const res = await r.multi().xinfo('STREAM', stream).xinfo('GROUPS', stream).exec();
-  if (res[0][0]) return 0; // no stream yet
-  const info = toFields(res[0][1]);
-  const g = res[1][1].map(toFields).find((x) => x.name === group);
-  if (!g) return 0;
-  const last = g['last-delivered-id'];
-  let read = g['entries-read'];
-  if (read === null) {
-    // Unknown: XDEL inside the group's range, or a group created at an id
-    // without ENTRIESREAD. An entry deleted after last-delivered-id was
-    // lost all the same.
-    if (last === '0-0') read = 0;
-    else if (cmpID(info['max-deleted-entry-id'], last) > 0) return 1;
-    else return null;
-  }
-  const first = info['first-entry'] ? info['first-entry'][0] : null;
-  let after = 0;
-  if (first === null || cmpID(first, last) > 0) {
-    after = info.length; // everything still in the stream is unread
-  } else { // count the unread entries still there, up to the view's end
-    let start = `(${last}`;
-    for (;;) {
-      const page = await r.xrange(stream, start, info['last-generated-id'], 'COUNT', 1000);
-      after += page.length;
-      if (page.length < 1000) break;
-      start = `(${page[page.length - 1][0]}`;
-    }
-  }
-  return info['entries-added'] - read - after;
-}
-
 // unreadGone: the entries after the group's last-delivered-id that were
 // removed before it read them, from one XINFO STREAM and XINFO GROUPS alone
-// (no XRANGE, so that it fits in the MULTI of a read, as the Go pool's
-// readChecked): 0 when none, -1 when some were and Redis cannot tell how many.
+// (no XRANGE, so that it fits in the MULTI of a read): 0 when none, -1 when
+// some were and Redis cannot tell how many. The rule of the Go code
+// (redisx.GroupState): ids decide when they can, since counters can be stale
+// (a promoted Redis 7.0 replica's entries-added and entries-read may
+// disagree although nothing was lost).
 function unreadGone(info, g) {
   const last = g['last-delivered-id'];
   const first = info['first-entry'] ? info['first-entry'][0] : null;
@@ -299,6 +267,34 @@ function unreadGone(info, g) {
   if (read === null) return last === '0-0' ? info['entries-added'] - info.length : -1;
   return Math.max(info['entries-added'] - read - info.length, 0);
 }
+
+// missedEntries says how many entries the group never read are gone from
+// the stream: 0 when none, -1 when some are and Redis cannot tell how many.
+// The rule of unreadGone; when an XDEL removed an unread entry, the entries
+// still after last-delivered-id tell how many (XRANGE).
+async function missedEntries(r, stream, group) {
+  // XINFO STREAM and XINFO GROUPS in one MULTI: one consistent view.
+  const res = await r.multi().xinfo('STREAM', stream).xinfo('GROUPS', stream).exec();
+  if (res[0][0]) return 0; // no stream yet
+  const info = toFields(res[0][1]);
+  const g = res[1][1].map(toFields).find((x) => x.name === group);
+  if (!g) return 0;
+  const n = unreadGone(info, g);
+  const first = info['first-entry'] ? info['first-entry'][0] : null;
+  if (n !== -1 || g['entries-read'] === null || first === null || cmpID(first, g['last-delivered-id']) > 0) return n;
+  let after = 0;
+  for (let start = `(${g['last-delivered-id']}`; ;) { // up to the end of the view above
+    const page = await r.xrange(stream, start, info['last-generated-id'], 'COUNT', 1000);
+    after += page.length;
+    if (page.length < 1000) break;
+    start = `(${page[page.length - 1][0]}`;
+  }
+  return Math.max(info['entries-added'] - g['entries-read'] - after, 1);
+}
+
+const goneWhat = (n) => (n < 0
+  ? 'entries it had not read were removed from the stream (how many, Redis cannot tell)'
+  : `${n} entries it had not read were removed from the stream`);
 
 function historyLostMessage(stream, group, what) {
   return `history lost: group ${group} of ${stream}: ${what}. The mirror can no longer be trusted: ` +
@@ -393,11 +389,7 @@ class Consumer {
   async checkHistory() {
     await this.checkRecorded();
     const n = await missedEntries(this.r, this.stream, this.o.group);
-    if (n === null) this.log("cannot tell whether history was lost (the group's entries-read is unknown)");
-    else if (n > 0) {
-      throw new HistoryLost(historyLostMessage(this.stream, this.o.group,
-        `${n} entries it had not read were removed from the stream`));
-    }
+    if (n !== 0) throw new HistoryLost(historyLostMessage(this.stream, this.o.group, goneWhat(n)));
   }
 
   async run() {
@@ -444,11 +436,7 @@ class Consumer {
     const info = toFields(res[0][1]);
     const g = res[1][1].map(toFields).find((x) => x.name === this.o.group);
     const n = g ? unreadGone(info, g) : 0;
-    if (n !== 0) {
-      throw new HistoryLost(historyLostMessage(this.stream, this.o.group, n > 0
-        ? `${n} entries it had not read were removed from the stream`
-        : 'entries it had not read were deleted from the stream (how many, Redis cannot tell)'));
-    }
+    if (n !== 0) throw new HistoryLost(historyLostMessage(this.stream, this.o.group, goneWhat(n)));
     if (!res[2][1]) await this.r.xread('COUNT', 1, 'BLOCK', block, 'STREAMS', this.stream, info['last-generated-id']);
     return res[2][1];
   }

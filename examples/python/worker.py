@@ -254,46 +254,14 @@ def history_snapshot(r, stream, group):
     return info, next((g for g in groups if g["name"] == group), None)
 
 
-def missed_entries(r, stream, group):
-    """How many entries the group never read that are gone from the stream
-    (0 when none), or None when Redis cannot tell."""
-    try:
-        info, g = history_snapshot(r, stream, group)
-    except redis.ResponseError:
-        return 0  # no stream yet
-    if g is None:
-        return 0
-    last, read = g["last-delivered-id"], g["entries-read"]
-    if read is None:
-        # Unknown: XDEL inside the group's range, or a group created at an
-        # id without ENTRIESREAD. An entry deleted after last-delivered-id
-        # was lost all the same.
-        if last == "0-0":
-            read = 0
-        elif id_key(info["max-deleted-entry-id"]) > id_key(last):
-            return 1
-        else:
-            return None
-    first = info["first-entry"][0] if info["first-entry"] else None
-    if first is None or id_key(first) > id_key(last):
-        after = info["length"]  # everything still in the stream is unread
-    else:  # count the unread entries still there, up to the snapshot's end
-        after, start = 0, "(" + last
-        while True:
-            page = r.xrange(stream, start, info["last-generated-id"], count=1000)
-            after += len(page)
-            if len(page) < 1000:
-                break
-            start = "(" + page[-1][0]
-    return info["entries-added"] - read - after
-
-
 def unread_gone(info, g):
     """The entries after the group's last-delivered-id that were removed
     before it read them, from one XINFO STREAM and XINFO GROUPS alone (no
-    XRANGE, so that it fits in the MULTI of a read, as the Go pool's
-    readChecked): 0 when none, -1 when some were and Redis cannot tell how
-    many."""
+    XRANGE, so that it fits in the MULTI of a read): 0 when none, -1 when
+    some were and Redis cannot tell how many. The rule of the Go code
+    (redisx.GroupState): ids decide when they can, since counters can be
+    stale (a promoted Redis 7.0 replica's entries-added and entries-read
+    may disagree although nothing was lost)."""
     last = g["last-delivered-id"]
     first = info["first-entry"][0] if info["first-entry"] else None
     if first is not None and id_key(first) <= id_key(last):
@@ -304,6 +272,36 @@ def unread_gone(info, g):
     if read is None:
         return info["entries-added"] - info["length"] if last == "0-0" else -1
     return max(info["entries-added"] - read - info["length"], 0)
+
+
+def missed_entries(r, stream, group):
+    """How many entries the group never read are gone from the stream: 0
+    when none, -1 when some are and Redis cannot tell how many. The rule
+    of unread_gone; when an XDEL removed an unread entry, the entries
+    still after last-delivered-id tell how many (XRANGE)."""
+    try:
+        info, g = history_snapshot(r, stream, group)
+    except redis.ResponseError:
+        return 0  # no stream yet
+    if g is None:
+        return 0
+    n, first = unread_gone(info, g), info["first-entry"]
+    if n != -1 or g["entries-read"] is None or first is None or id_key(first[0]) > id_key(g["last-delivered-id"]):
+        return n
+    after, start = 0, "(" + g["last-delivered-id"]
+    while True:  # up to the end of the view of history_snapshot
+        page = r.xrange(stream, start, info["last-generated-id"], count=1000)
+        after += len(page)
+        if len(page) < 1000:
+            break
+        start = "(" + page[-1][0]
+    return max(info["entries-added"] - g["entries-read"] - after, 1)
+
+
+def gone_what(n):
+    if n < 0:
+        return "entries it had not read were removed from the stream (how many, Redis cannot tell)"
+    return "%d entries it had not read were removed from the stream" % n
 
 
 def history_lost_message(stream, group, what):
@@ -390,11 +388,8 @@ class Consumer:
     def check_history(self):
         self.check_recorded()
         n = missed_entries(self.r, self.stream, self.args.group)
-        if n is None:
-            self.log("cannot tell whether history was lost (the group's entries-read is unknown)")
-        elif n > 0:
-            raise HistoryLost(history_lost_message(self.stream, self.args.group,
-                                                   "%d entries it had not read were removed from the stream" % n))
+        if n:
+            raise HistoryLost(history_lost_message(self.stream, self.args.group, gone_what(n)))
 
     def run(self):
         signal.signal(signal.SIGTERM, self.stop)
@@ -439,9 +434,7 @@ class Consumer:
         g = next((g for g in groups if g["name"] == self.args.group), None)
         n = unread_gone(info, g) if g else 0
         if n:
-            raise HistoryLost(history_lost_message(self.stream, self.args.group, (
-                "%d entries it had not read were removed from the stream" % n) if n > 0 else
-                "entries it had not read were deleted from the stream (how many, Redis cannot tell)"))
+            raise HistoryLost(history_lost_message(self.stream, self.args.group, gone_what(n)))
         if not reply:
             self.r.xread({self.stream: info["last-generated-id"]}, count=1, block=block)
         return reply
