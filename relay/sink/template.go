@@ -135,32 +135,3 @@ func (t KeyTemplate) Key(e redisx.Event) string {
 	}
 	return b.String()
 }
-
-// hashTag returns the Redis Cluster hash tag every key of the template
-// carries, if the tag is fixed: the first '{' and the next '}' (with
-// something between them) lie in literal text, before any placeholder
-// (whose value could hold a brace of its own).
-func (t KeyTemplate) hashTag() (string, bool) {
-	var b strings.Builder
-	for _, p := range t.parts {
-		if p.field != tplLiteral {
-			break
-		}
-		b.WriteString(p.lit)
-	}
-	return keyHashTag(b.String())
-}
-
-// keyHashTag is a key's hash tag as Redis Cluster reads it: the text
-// between the first '{' and the next '}', if not empty.
-func keyHashTag(key string) (string, bool) {
-	i := strings.IndexByte(key, '{')
-	if i < 0 {
-		return "", false
-	}
-	j := strings.IndexByte(key[i+1:], '}')
-	if j <= 0 {
-		return "", false
-	}
-	return key[i+1 : i+1+j], true
-}

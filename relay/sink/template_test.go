@@ -58,34 +58,6 @@ func TestParseKeyTemplate(t *testing.T) {
 	}
 }
 
-func TestKeyTemplate_hashTag(t *testing.T) {
-	tests := []struct {
-		tmpl   string
-		want   string
-		wantOK bool
-	}{
-		{tmpl: "cache:{{c}}:{index}:{id}", want: "c", wantOK: true},
-		{tmpl: "{{cache}}{id}", want: "cache", wantOK: true},
-		{tmpl: "cache:{index}:{id}"},                        // no literal tag
-		{tmpl: "cache:{index}:{{c}}:{id}"},                  // a placeholder first: its value may hold a brace
-		{tmpl: "cache:{{c{id}}}"},                           // the tag is not closed before the placeholder
-		{tmpl: "cache:{{}}{{c}}:{id}"},                      // "{}": Redis hashes the whole key
-		{tmpl: "a{{b}}c{{d}}{id}", want: "b", wantOK: true}, // the first tag counts
-	}
-	for _, tt := range tests {
-		t.Run(tt.tmpl, func(t *testing.T) {
-			tpl, err := ParseKeyTemplate(tt.tmpl)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, ok := tpl.hashTag()
-			if got != tt.want || ok != tt.wantOK {
-				t.Errorf("hashTag = %q, %v; want %q, %v", got, ok, tt.want, tt.wantOK)
-			}
-		})
-	}
-}
-
 // tplCanonical renders parsed parts back into template syntax.
 func tplCanonical(parts []tplPart) string {
 	names := map[tplField]string{}
@@ -130,13 +102,6 @@ func FuzzParseKeyTemplate(f *testing.F) {
 		e.ID = "b"
 		if k2 := tpl.Key(e); k1 == k2 {
 			t.Fatalf("%q gives %q for two ids", s, k1)
-		}
-		// A fixed hash tag is every key's, whatever braces the values hold.
-		if tag, ok := tpl.hashTag(); ok {
-			e := redisx.Event{Op: redisx.OpUpsert, Index: "{i}", IndexUUID: "u}", Shard: 1, ID: "{x}", Routing: "{"}
-			if got, gotOK := keyHashTag(tpl.Key(e)); !gotOK || got != tag {
-				t.Fatalf("%q: fixed hash tag %q, but key %q has %q", s, tag, tpl.Key(e), got)
-			}
 		}
 	})
 }
