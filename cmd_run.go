@@ -55,7 +55,7 @@ func relayFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "delete-scan-interval", Value: deletes.DefaultInterval, Usage: "least time between two delete scans of a shard", Sources: cli.EnvVars("ESCF_DELETE_SCAN_INTERVAL"), Validator: positiveDuration("delete-scan-interval")},
 		&cli.FloatFlag{Name: "max-delete-fraction", Value: deletes.DefaultMaxDeleteFraction, Usage: "a scan deleting more than this share of a shard's documents is confirmed by a second scan first", Sources: cli.EnvVars("ESCF_MAX_DELETE_FRACTION")},
 		&cli.StringFlag{Name: "delete-listing", Value: "auto", Usage: "how scans list live ids: auto, pit or scroll", Sources: cli.EnvVars("ESCF_DELETE_LISTING")},
-		&cli.BoolFlag{Name: "index-deleted-event", Usage: "end a deleted index with one index_deleted event instead of a delete per document", Sources: cli.EnvVars("ESCF_INDEX_DELETED_EVENT")},
+		&cli.BoolFlag{Name: "index-deleted-event", Usage: "end a deleted index with its index_deleted event only, without a delete per document first", Sources: cli.EnvVars("ESCF_INDEX_DELETED_EVENT")},
 		&cli.BoolFlag{Name: "trim", Usage: "trim the stream below the oldest entry some consumer group has not acknowledged", Sources: cli.EnvVars("ESCF_TRIM")},
 		&cli.DurationFlag{Name: "trim-interval", Value: 10 * time.Second, Usage: "how often --trim trims", Sources: cli.EnvVars("ESCF_TRIM_INTERVAL")},
 		&cli.Int64Flag{Name: "max-stream-len", Value: 1_000_000, Usage: "with --trim and no consumer group: keep at most this many entries (with a warning)", Sources: cli.EnvVars("ESCF_MAX_STREAM_LEN")},

@@ -53,20 +53,32 @@ func bootstrapFlagNames() []string {
 // lines are logged.
 func runBootstrapCopy(ctx context.Context, cmd *cli.Command, feed string, rdb redis.UniversalClient,
 	handler func(context.Context, redisx.Event) error, s sink.Sink) (bootstrap.Result, error) {
-	log, err := newLogger(cmd, cmd.Root().ErrWriter)
+	run, err := prepareBootstrapCopy(ctx, cmd, feed, rdb, handler, s)
 	if err != nil {
 		return bootstrap.Result{}, err
+	}
+	return run(ctx)
+}
+
+// prepareBootstrapCopy checks the copy's flags and connects to the source
+// cluster: everything that can refuse the copy before the caller records
+// the stream's position. The returned function runs the copy.
+func prepareBootstrapCopy(ctx context.Context, cmd *cli.Command, feed string, rdb redis.UniversalClient,
+	handler func(context.Context, redisx.Event) error, s sink.Sink) (func(context.Context) (bootstrap.Result, error), error) {
+	log, err := newLogger(cmd, cmd.Root().ErrWriter)
+	if err != nil {
+		return nil, err
 	}
 	urls := splitList(cmd.StringSlice("es"))
 	if len(urls) == 0 {
-		return bootstrap.Result{}, usagef("--bootstrap needs --es <the source cluster's URL>: the documents are copied from it")
+		return nil, usagef("--bootstrap needs --es <the source cluster's URL>: the documents are copied from it")
 	}
 	if err := (es.Config{URLs: urls}).Validate(); err != nil {
-		return bootstrap.Result{}, usagef("--es: %v", err)
+		return nil, usagef("--es: %v", err)
 	}
 	ecfg, err := clusterConn(cmd, "es", urls)
 	if err != nil {
-		return bootstrap.Result{}, err
+		return nil, err
 	}
 	listing := cmd.String("bootstrap-listing")
 	switch listing {
@@ -74,24 +86,24 @@ func runBootstrapCopy(ctx context.Context, cmd *cli.Command, feed string, rdb re
 		listing = es.ListingAuto
 	case es.ListingPIT, es.ListingScroll:
 	default:
-		return bootstrap.Result{}, usagef("--bootstrap-listing %q: want auto, pit or scroll", listing)
+		return nil, usagef("--bootstrap-listing %q: want auto, pit or scroll", listing)
 	}
 	if n := cmd.Int("bootstrap-page-size"); n < 1 || n > 10000 {
-		return bootstrap.Result{}, usagef("--bootstrap-page-size %d: want 1..10000", n)
+		return nil, usagef("--bootstrap-page-size %d: want 1..10000", n)
 	}
 	if n := cmd.Int("bootstrap-workers"); n < 1 {
-		return bootstrap.Result{}, usagef("--bootstrap-workers %d: want at least 1", n)
+		return nil, usagef("--bootstrap-workers %d: want at least 1", n)
 	}
 	var rec sink.Reconciler
 	if r, ok := s.(sink.Reconciler); ok && cmd.Bool("bootstrap-reconcile") {
 		if err := r.Reconcilable(); err != nil {
-			return bootstrap.Result{}, usagef("--bootstrap: %v: pass --bootstrap-reconcile=false to keep what the mirror holds, or use {index} in --bulk-index", err)
+			return nil, usagef("--bootstrap: %v: pass --bootstrap-reconcile=false to keep what the mirror holds, or use {index} in --bulk-index", err)
 		}
 		rec = r
 	}
 	client, err := es.New(ecfg)
 	if err != nil {
-		return bootstrap.Result{}, usageError{err}
+		return nil, usageError{err}
 	}
 	if ecfg.InsecureSkipVerify {
 		warnInsecure(log, "es-insecure", client.URLs())
@@ -100,10 +112,10 @@ func runBootstrapCopy(ctx context.Context, cmd *cli.Command, feed string, rdb re
 	info, err := client.Info(pctx)
 	cancel()
 	if err != nil {
-		return bootstrap.Result{}, explainES(err, "es", "es", ecfg)
+		return nil, explainES(err, "es", "es", ecfg)
 	}
 	if err := info.CheckSupported(); err != nil {
-		return bootstrap.Result{}, fmt.Errorf("%s: %w", client.URLs(), err)
+		return nil, fmt.Errorf("%s: %w", client.URLs(), err)
 	}
 	log.Info("bootstrap: connected to "+info.String(), "cluster", info.ClusterName, "urls", client.URLs())
 	// cli splits slice values at commas; joined again, SplitTargets keeps
@@ -118,15 +130,17 @@ func runBootstrapCopy(ctx context.Context, cmd *cli.Command, feed string, rdb re
 	if bar := progressBar(cmd.Root().ErrWriter, "bootstrap copy"); bar != nil {
 		cfg.Progress, cfg.ProgressInterval = bar, -1 // the bar says it; no lines in between
 	}
-	res, err := bootstrap.Copy(ctx, cfg)
-	if err != nil {
-		return res, fmt.Errorf("consume --bootstrap: %w", err)
-	}
-	var removed int64
-	for _, n := range res.Removed {
-		removed += n
-	}
-	log.Info("bootstrap: copied", "documents", res.Total(), "indices", len(res.Documents), "removed", removed,
-		"skipped", len(res.Skipped), "took", res.Duration.Round(time.Millisecond).String())
-	return res, nil
+	return func(ctx context.Context) (bootstrap.Result, error) {
+		res, err := bootstrap.Copy(ctx, cfg)
+		if err != nil {
+			return res, fmt.Errorf("consume --bootstrap: %w", err)
+		}
+		var removed int64
+		for _, n := range res.Removed {
+			removed += n
+		}
+		log.Info("bootstrap: copied", "documents", res.Total(), "indices", len(res.Documents), "removed", removed,
+			"skipped", len(res.Skipped), "took", res.Duration.Round(time.Millisecond).String())
+		return res, nil
+	}, nil
 }

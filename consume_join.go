@@ -46,6 +46,12 @@ type position struct {
 // bootstrap reuses).
 func bootstrapGroup(ctx context.Context, cmd *cli.Command, rdb redis.UniversalClient, feed, group string, partitions int,
 	s sink.Sink, log *slog.Logger) error {
+	// Flags and the source cluster first: a refused copy leaves no
+	// holding group behind.
+	copyDocs, err := prepareBootstrapCopy(ctx, cmd, feed, rdb, s.Handler(), s)
+	if err != nil {
+		return err
+	}
 	var pos []position
 	for _, k := range redisx.AllPartitionKeys(feed, partitions) {
 		st, err := redisx.ReadStream(ctx, rdb, k.Events())
@@ -62,7 +68,7 @@ func bootstrapGroup(ctx context.Context, cmd *cli.Command, rdb redis.UniversalCl
 		log.Info("bootstrap: recorded the stream's position", "stream", k.Events(), "id", p.id, "entries_added", p.added)
 		pos = append(pos, p)
 	}
-	res, err := runBootstrapCopy(ctx, cmd, feed, rdb, s.Handler(), s)
+	res, err := copyDocs(ctx)
 	if err != nil {
 		return err
 	}

@@ -23,8 +23,9 @@ type Gone struct {
 	Info checkpoint.IndexInfo
 	// Checkpoints of its shards; deletes are stamped with them.
 	Checkpoints map[int]int64
-	// PerDocument emits one delete per delivered id; otherwise a single
-	// index_deleted event.
+	// PerDocument emits one delete per delivered id before the
+	// index_deleted event (which always ends the index: consumers drop
+	// what they keep per index, such as its fences, on it).
 	PerDocument bool
 	// NoIndexEvent drops the index's state without its index_deleted
 	// event: with partitions, only the partition owning the index's shard 0
@@ -32,11 +33,11 @@ type Gone struct {
 	NoIndexEvent bool
 }
 
-// ForgetIndex emits the end of an index and drops its state: one delete per
-// delivered id (in transactions of 500, each with its SREM, so a crash
-// resumes where it stopped) or one index_deleted event, then its
-// checkpoints, gap counters, sets and record, in the same transaction as
-// the last events. It is safe to run again after a crash.
+// ForgetIndex emits the end of an index and drops its state: with
+// PerDocument one delete per delivered id (in transactions of 500, each
+// with its SREM, so a crash resumes where it stopped), then one
+// index_deleted event with its checkpoints, gap counters, sets and record
+// dropped in the same transaction. It is safe to run again after a crash.
 func ForgetIndex(ctx context.Context, rdb redis.UniversalClient, keys redisx.Keys, store *checkpoint.Store, g Gone, log *slog.Logger) (deleted int, err error) {
 	if log == nil {
 		log = slog.Default()
@@ -53,9 +54,10 @@ func ForgetIndex(ctx context.Context, rdb redis.UniversalClient, keys redisx.Key
 		forget = append(forget, checkpoint.ShardID{IndexUUID: g.UUID, Shard: n})
 	}
 	final := checkpoint.Batch{ForgetShards: forget, ForgetIndices: []string{g.UUID}}
-	if !g.PerDocument && !g.NoIndexEvent {
+	if !g.NoIndexEvent {
 		final.Events = []redisx.Event{{Op: redisx.OpIndexDeleted, Index: g.Info.Name, IndexUUID: g.UUID, Target: g.Info.Target}}
-	} else {
+	}
+	if g.PerDocument {
 		for n := range shards {
 			k, err := forgetShardDocs(ctx, rdb, keys, store, g, n)
 			deleted += k
@@ -68,7 +70,7 @@ func ForgetIndex(ctx context.Context, rdb redis.UniversalClient, keys redisx.Key
 		return deleted, err
 	}
 	log.Info("index is gone: emitted its end and dropped its state", "index", g.Info.Name, "index_uuid", g.UUID,
-		"deletes", deleted, "index_deleted_event", !g.PerDocument && !g.NoIndexEvent)
+		"deletes", deleted, "index_deleted_event", !g.NoIndexEvent)
 	return deleted, nil
 }
 

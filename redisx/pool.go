@@ -524,9 +524,10 @@ func (p *Pool) readLoop(ctx context.Context) {
 		var res []redis.XStream
 		var err error
 		if own == "" {
-			res, err = p.readChecked(ctx, n)
+			var last string
+			res, last, err = p.readChecked(ctx, n)
 			if err == nil && len(res) == 0 {
-				res, err = p.readGroup(ctx, start, n)
+				err = p.waitNew(ctx, last) // then read them, checked
 			}
 		} else {
 			res, err = p.readGroup(ctx, start, n)
@@ -584,11 +585,9 @@ func (p *Pool) readLoop(ctx context.Context) {
 	}
 }
 
-// readGroup runs one XREADGROUP, blocking for Block on new entries. A read
-// in flight when ctx ends is waited for (at most Block): Redis delivered
-// what it returns to this consumer, and the caller hands it to the lanes
-// rather than leave it pending in the name of a consumer about to leave.
-// Own pending entries whose payload is gone are history lost.
+// readGroup runs one XREADGROUP of this consumer's own pending entries
+// (start is an id, so it does not block). Own pending entries whose payload
+// is gone are history lost.
 func (p *Pool) readGroup(ctx context.Context, start string, n int) ([]redis.XStream, error) {
 	res, err := p.cfg.Client.XReadGroup(context.WithoutCancel(ctx), &redis.XReadGroupArgs{
 		Group: p.cfg.Group, Consumer: p.cfg.Consumer, Streams: []string{p.cfg.Keys.Events(), start},
@@ -609,8 +608,9 @@ func (p *Pool) readGroup(ctx context.Context, start string, n int) ([]redis.XStr
 // read. If entries the group had not read are gone (a trim past it, an
 // XDEL), the read's entries are not handed on: reading past the gap would
 // hide it, so this is the one place that can see it every time. It returns
-// no streams when there is nothing new.
-func (p *Pool) readChecked(ctx context.Context, n int) ([]redis.XStream, error) {
+// no streams when there is nothing new, and the group's last delivered id
+// (for waitNew).
+func (p *Pool) readChecked(ctx context.Context, n int) ([]redis.XStream, string, error) {
 	stream := p.cfg.Keys.Events()
 	var infoS *redis.XInfoStreamCmd
 	var infoG *redis.XInfoGroupsCmd
@@ -623,24 +623,54 @@ func (p *Pool) readChecked(ctx context.Context, n int) ([]redis.XStream, error) 
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
+		return nil, "", err
 	}
 	st := streamStateOf(infoS.Val())
+	last := ""
 	for _, g := range infoG.Val() {
 		if g.Name != p.cfg.Group {
 			continue
 		}
+		last = g.LastDeliveredID
 		if gs, _ := unread(st, g); gs.LostUnread != 0 {
 			p.gone.Add(max(gs.LostUnread, 1))
-			return nil, &HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: stream, State: st, Group: gs}
+			return nil, last, &HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: stream, State: st, Group: gs}
 		}
 	}
 	res, err := read.Result()
 	if errors.Is(err, redis.Nil) {
-		return nil, nil
+		return nil, last, nil
 	}
-	return res, err
+	return res, last, err
 }
+
+// waitNew blocks (up to Block) until the stream has an entry after last,
+// with XREAD, which delivers nothing to the group: the entries are then
+// read by readChecked, with the check. (A blocking XREADGROUP would hand
+// them over unchecked: a MULTI that adds entries and trims past the group
+// serves a blocked reader only after its trim.) Abandoned when ctx ends.
+func (p *Pool) waitNew(ctx context.Context, last string) error {
+	if last == "" {
+		last = "$"
+	}
+	done := make(chan error, 1)
+	go func() {
+		err := p.cfg.Client.XRead(context.WithoutCancel(ctx), &redis.XReadArgs{Streams: []string{p.cfg.Keys.Events(), last},
+			Count: 1, Block: p.cfg.Block}).Err()
+		if errors.Is(err, redis.Nil) {
+			err = nil
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+
 
 // pendingGone is the history-lost error for a pending entry whose payload
 // is gone (id: one of them).

@@ -109,9 +109,9 @@ type Config struct {
 	// Deletes, when set, scans shards for deleted documents between their
 	// reads (--deletes). Default nil: no delete detection.
 	Deletes *deletes.Scanner
-	// IndexDeletedEvent makes an index that disappears end with one
-	// index_deleted event instead of a delete per delivered document.
-	// Without Deletes it is always the single event.
+	// IndexDeletedEvent makes an index that disappears end with its
+	// index_deleted event only, without a delete per delivered document
+	// first. Without Deletes it is always the single event.
 	IndexDeletedEvent bool
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger

@@ -94,3 +94,17 @@ func waitStream(tb testing.TB, f *feed, n int64, timeout time.Duration) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestBootstrap_RefusedCopyLeavesNoHold: --bootstrap without --es is a
+// usage error (exit 2) that leaves the feed as it was: no holding group,
+// which would keep safe trimming from going past it.
+func TestBootstrap_RefusedCopyLeavesNoHold(t *testing.T) {
+	srv, f, _ := historyRig(t)
+	p := startBinary(t, "consume", "--redis", srv.URL(), "--feed", "lost", "--group", "g1", "--sink", "stdout", "--bootstrap")
+	if code := waitExit(t, p, 15*time.Second); code != 2 || !strings.Contains(p.out.String(), "--bootstrap needs --es") {
+		t.Fatalf("consume --bootstrap without --es exited %d, want 2 naming --es:\n%s", code, p.out)
+	}
+	if gs := f.rdb.XInfoGroups(context.Background(), f.keys.Events()).Val(); len(gs) != 1 || gs[0].Name != "g1" {
+		t.Fatalf("groups after the refused bootstrap: %+v; want only g1", gs)
+	}
+}
