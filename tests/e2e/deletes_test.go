@@ -318,6 +318,9 @@ func TestDeletes_IndexGone(t *testing.T) {
 						if e.Routing != "" {
 							routed++
 						}
+						if ends > 0 {
+							t.Fatalf("a delete of the old index at %d after its index_deleted", i)
+						}
 					case redisx.OpIndexDeleted:
 						ends++
 					}
@@ -325,8 +328,8 @@ func TestDeletes_IndexGone(t *testing.T) {
 					firstNew = i
 				}
 			}
-			if perDoc && (dels != 30 || routed != 10 || ends != 0) {
-				t.Fatalf("per-document end: %d deletes (%d routed), %d index_deleted; want 30 (10 routed), 0", dels, routed, ends)
+			if perDoc && (dels != 30 || routed != 10 || ends != 1) {
+				t.Fatalf("per-document end: %d deletes (%d routed), %d index_deleted; want 30 (10 routed), then 1", dels, routed, ends)
 			}
 			if !perDoc && (dels != 0 || ends != 1) {
 				t.Fatalf("single end: %d deletes, %d index_deleted; want 0, 1", dels, ends)
