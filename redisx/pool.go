@@ -670,8 +670,6 @@ func (p *Pool) waitNew(ctx context.Context, last string) error {
 	}
 }
 
-
-
 // pendingGone is the history-lost error for a pending entry whose payload
 // is gone (id: one of them).
 func (p *Pool) pendingGone(ctx context.Context, id string) error {
