@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -8,8 +9,14 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/metrics"
+	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,13 +30,8 @@ import (
 // BenchmarkRelay_RealEngine measures the relay reading a real node (the
 // engine of ESCF_TEST_ENGINE, default opensearch-2) against the loop a
 // hand-written at-least-once relay would run on the same node and Redis
-// in the same run: per shard, search by _seq_no with search_after in pages
-// of 1,000, decode the hits, pipeline one XADD per hit with the same
-// fields; no refresh, no transaction, no checkpoint, no delivered ids. The
-// node holds 100,000 documents (~110 B sources) in 4 shards; each run
-// reads them all into a fresh stream. Run with -benchtime 1x -count N.
+// in the same run (see benchRelayVsLoop). Run with -benchtime 1x -count N.
 func BenchmarkRelay_RealEngine(b *testing.B) {
-	const docs, shards, page = 100000, 4, 1000
 	name := os.Getenv("ESCF_TEST_ENGINE")
 	if name == "" {
 		name = engines.DefaultEngine
@@ -37,6 +39,114 @@ func BenchmarkRelay_RealEngine(b *testing.B) {
 	// A node as in production: G1 and the optimising compiler.
 	eng := engines.StartTB(b, engines.Config{Engine: name, JavaOpts: []string{"-XX:+UseG1GC"}})
 	c := &realCluster{realEnv: &realEnv{url: eng.URL(), client: &http.Client{Timeout: time.Minute}, engine: eng}, prefix: "bench-"}
+	benchRelayVsLoop(b, c, 1000)
+	b.Logf("%s", eng.Engine())
+}
+
+// BenchmarkRelay_Emulator is BenchmarkRelay_RealEngine on the emulator,
+// run as a process of its own (go run ./tests/esemu/cmd/esemu) so that
+// this process's CPU time is the relay's or the loop's alone, at page
+// sizes 100, 1,000 and 5,000.
+func BenchmarkRelay_Emulator(b *testing.B) {
+	for _, page := range []int{100, 1000, 5000} {
+		b.Run(fmt.Sprintf("page=%d", page), func(b *testing.B) {
+			c := &realCluster{realEnv: &realEnv{url: esemuProcess(b), client: &http.Client{Timeout: time.Minute}}, prefix: "bench-"}
+			benchRelayVsLoop(b, c, page)
+		})
+	}
+}
+
+// esemuProcess starts the emulator binary and returns its URL; it is
+// stopped when the benchmark ends.
+func esemuProcess(tb testing.TB) string {
+	tb.Helper()
+	esemuBuild.Do(func() {
+		dir, err := os.MkdirTemp("", "escf-esemu")
+		if err != nil {
+			esemuErr = err
+			return
+		}
+		esemuBin = filepath.Join(dir, "esemu")
+		cmd := exec.Command("go", "build", "-o", esemuBin, "./tests/esemu/cmd/esemu")
+		cmd.Dir = filepath.Join("..", "..")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			esemuErr = fmt.Errorf("go build esemu: %v\n%s", err, out)
+		}
+	})
+	if esemuErr != nil {
+		tb.Fatal(esemuErr)
+	}
+	cmd := exec.Command(esemuBin, "--addr", "127.0.0.1:0", "--nodes", "1", "--seed", "1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if _, u, ok := strings.Cut(sc.Text(), "serving at "); ok {
+			go func() { _, _ = io.Copy(io.Discard, stderr) }()
+			return strings.TrimSpace(u)
+		}
+	}
+	tb.Fatalf("esemu did not say where it serves: %v", sc.Err())
+	return ""
+}
+
+var (
+	esemuBuild sync.Once
+	esemuBin   string
+	esemuErr   error
+)
+
+// cpuTime is this process's user+system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// heapPeak samples the bytes of live and not yet swept heap objects every
+// millisecond until stop is called, which returns the highest sample.
+func heapPeak() (stop func() uint64) {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	done, out := make(chan struct{}), make(chan uint64)
+	go func() {
+		var peak uint64
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			metrics.Read(s)
+			peak = max(peak, s[0].Value.Uint64())
+			select {
+			case <-done:
+				out <- peak
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() uint64 { close(done); return <-out }
+}
+
+// benchRelayVsLoop loads 100,000 documents (~110 B sources) in 4 shards
+// and, per iteration, reads them all into a fresh stream twice: with the
+// loop a hand-written at-least-once relay would run (per shard, search by
+// _seq_no with search_after in pages, decode the hits with encoding/json,
+// pipeline one XADD per hit with the same fields; no refresh, no settle
+// check, no transaction, no checkpoint, no delivered ids), then with the
+// relay (in-process, from its start: lease, resolve, settings, refresh,
+// the pages and their commits). It reports events/s and this process's
+// CPU per event of each (the cluster and Redis are other processes), and
+// the relay's peak heap.
+func benchRelayVsLoop(b *testing.B, c *realCluster, page int) {
+	const docs, shards = 100000, 4
 	ix := c.Index("docs")
 	createIndex(b, c, ix, shards, 0)
 	for i := 0; i < docs; i += 5000 {
@@ -44,11 +154,11 @@ func BenchmarkRelay_RealEngine(b *testing.B) {
 		for j := i; j < i+5000; j++ {
 			fmt.Fprintf(&body, "{\"index\":{\"_index\":%q,\"_id\":\"d%d\"}}\n{\"n\":%d,\"customer\":\"customer-%d\",\"note\":\"a note of moderate length to make the source realistic\"}\n", ix, j, j, j%97)
 		}
-		if out := mustDo(b, "POST", eng.URL()+"/_bulk", body.String()); strings.Contains(string(out), `"errors":true`) {
+		if out := mustDo(b, "POST", c.URL()+"/_bulk", body.String()); strings.Contains(string(out), `"errors":true`) {
 			b.Fatalf("bulk: %.500s", out)
 		}
 	}
-	mustDo(b, "POST", eng.URL()+"/"+ix+"/_refresh", "")
+	mustDo(b, "POST", c.URL()+"/"+ix+"/_refresh", "")
 	uuid := indexUUID(b, c, ix)
 	gcps := inspect(c).shards(b, ix)
 	srv := redistest.Start(b)
@@ -63,7 +173,7 @@ func BenchmarkRelay_RealEngine(b *testing.B) {
 			for {
 				q := fmt.Sprintf(`{"size":%d,"sort":[{"_seq_no":"asc"}],"seq_no_primary_term":true,"version":true,"track_total_hits":false,`+
 					`"query":{"range":{"_seq_no":{"gt":%d,"lte":%d}}}}`, page, after, gcps[n].gcp)
-				req, _ := http.NewRequest("POST", fmt.Sprintf("%s/%s/_search?preference=_shards:%d", eng.URL(), ix, n), strings.NewReader(q))
+				req, _ := http.NewRequest("POST", fmt.Sprintf("%s/%s/_search?preference=_shards:%d", c.URL(), ix, n), strings.NewReader(q))
 				req.Header.Set("Content-Type", "application/json")
 				resp, err := hc.Do(req)
 				if err != nil {
@@ -112,9 +222,14 @@ func BenchmarkRelay_RealEngine(b *testing.B) {
 		}
 		return d
 	}
-	relayRun := func(feed string) time.Duration {
+	relayRun := func(name string) time.Duration {
 		start := time.Now()
-		f := startRelay(b, c, srv.URL(), feed, []string{ix}, func(cfg *relay.Config) { cfg.BatchSize = page })
+		var f *feed
+		// Labelled for go test -cpuprofile: pprof -tagfocus run=relay
+		// shows the relay alone (its goroutines inherit the label).
+		pprof.Do(ctx, pprof.Labels("run", "relay"), func(context.Context) {
+			f = startRelay(b, c, srv.URL(), name, []string{ix}, func(cfg *relay.Config) { cfg.BatchSize = page })
+		})
 		for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
 			if n, _ := rdb.XLen(ctx, f.keys.Events()).Result(); n >= docs {
 				break
@@ -127,14 +242,24 @@ func BenchmarkRelay_RealEngine(b *testing.B) {
 		f.halt()
 		return d
 	}
+	perEvent := func(d time.Duration) float64 { return float64(d.Microseconds()) / docs }
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
+		c0 := cpuTime()
 		base := loop(fmt.Sprintf("loop-%d", i))
+		c1 := cpuTime()
+		peak := heapPeak()
 		rel := relayRun(fmt.Sprintf("relay-%d", i))
+		heap := peak()
+		c2 := cpuTime()
 		b.ReportMetric(docs/base.Seconds(), "loop_events/s")
 		b.ReportMetric(docs/rel.Seconds(), "relay_events/s")
 		b.ReportMetric(base.Seconds()/rel.Seconds(), "ratio_relay/loop")
+		b.ReportMetric(perEvent(c1-c0), "loop_cpu_µs/event")
+		b.ReportMetric(perEvent(c2-c1), "relay_cpu_µs/event")
+		b.ReportMetric(float64(c2-c1)/float64(c1-c0), "cpu_ratio_relay/loop")
+		b.ReportMetric(float64(heap)/(1<<20), "relay_peak_heap_MB")
 		rdb.Del(ctx, fmt.Sprintf("loop-%d", i))
 	}
-	b.Logf("%s: %d documents in %d shards", eng.Engine(), docs, shards)
+	b.Logf("%d documents in %d shards, pages of %d", docs, shards, page)
 }
