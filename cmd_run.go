@@ -48,6 +48,7 @@ func relayFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "index", Usage: "index, pattern (logs-*,-logs-debug*), alias or data stream to follow (repeatable, comma-separated)", Sources: cli.EnvVars("ESCF_INDEX")},
 		&cli.BoolFlag{Name: "hidden", Usage: "let wildcards match hidden indices too", Sources: cli.EnvVars("ESCF_HIDDEN")},
 		&cli.DurationFlag{Name: "poll-interval", Value: relay.DefaultPollInterval, Usage: "pause after a round that found nothing, and the least time between two refreshes forced on an index", Sources: cli.EnvVars("ESCF_POLL_INTERVAL"), Validator: positiveDuration("poll-interval")},
+		&cli.IntFlag{Name: "read-concurrency", Value: relay.DefaultReadConcurrency, Usage: "shards read at once, over every followed index (1..256; each shard's pages stay in order)", Sources: cli.EnvVars("ESCF_READ_CONCURRENCY")},
 		&cli.IntFlag{Name: "batch-size", Value: relay.DefaultBatchSize, Usage: "search page size = most events per commit (1..10000)", Sources: cli.EnvVars("ESCF_BATCH_SIZE")},
 		&cli.StringFlag{Name: "from", Value: relay.FromBeginning, Usage: "start of shards without a checkpoint: beginning or now", Sources: cli.EnvVars("ESCF_FROM")},
 		&cli.DurationFlag{Name: "lease-ttl", Value: redisx.DefaultLeaseTTL, Usage: "relay lease TTL; a standby takes over within 2×TTL of the owner's death", Sources: cli.EnvVars("ESCF_LEASE_TTL"), Validator: positiveDuration("lease-ttl")},
@@ -78,6 +79,7 @@ type runConfig struct {
 	hidden   bool
 	poll     time.Duration
 	batch    int
+	reads    int
 	from     string
 	leaseTTL time.Duration
 
@@ -102,7 +104,7 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 	c := runConfig{
 		feed: cmd.String("feed"), targets: relay.SplitTargets(cmd.StringSlice("index")),
 		hidden: cmd.Bool("hidden"),
-		poll:   cmd.Duration("poll-interval"), batch: cmd.Int("batch-size"), from: cmd.String("from"),
+		poll:   cmd.Duration("poll-interval"), batch: cmd.Int("batch-size"), reads: cmd.Int("read-concurrency"), from: cmd.String("from"),
 		leaseTTL: cmd.Duration("lease-ttl"), deletes: cmd.Bool("deletes"), scanInterval: cmd.Duration("delete-scan-interval"),
 		maxDeleteFraction: cmd.Float("max-delete-fraction"), listing: cmd.String("delete-listing"),
 		indexDeletedEvent: cmd.Bool("index-deleted-event"),
@@ -144,6 +146,9 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 	}
 	if err := checkFeed(c.feed); err != nil {
 		return c, err
+	}
+	if c.reads < 1 || c.reads > 256 {
+		return c, usagef("--read-concurrency %d: want 1..256", c.reads)
 	}
 	if c.batch < 1 || c.batch > 10000 {
 		return c, usagef("--batch-size %d: want 1..10000", c.batch)
@@ -247,7 +252,7 @@ func runRelay(ctx context.Context, cfg runConfig, log *slog.Logger, resync bool,
 		}
 	}
 	r, err := relay.New(relay.Config{ES: client, Store: store, Lease: lease, Targets: cfg.targets, Hidden: cfg.hidden,
-		PollInterval: cfg.poll, BatchSize: cfg.batch, From: cfg.from, Deletes: scanner,
+		PollInterval: cfg.poll, BatchSize: cfg.batch, ReadConcurrency: cfg.reads, From: cfg.from, Deletes: scanner,
 		IndexDeletedEvent: cfg.indexDeletedEvent, Snapshot: resync, SnapshotProgress: progress, Logger: log, Metrics: reg,
 		Trim: cfg.trim, TrimInterval: cfg.trimInterval, MaxStreamLen: cfg.maxStreamLen, MinRetention: cfg.minRetention,
 		MaxBacklog: cfg.maxBacklog})

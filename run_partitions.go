@@ -95,7 +95,7 @@ func runPartitioned(ctx, pctx context.Context, cfg runConfig, log *slog.Logger, 
 			}
 		}
 		r, err := relay.New(relay.Config{ES: client, Store: store, Lease: lease, Targets: cfg.targets, Hidden: cfg.hidden,
-			PollInterval: cfg.poll, BatchSize: cfg.batch, From: cfg.from, Deletes: scanner,
+			PollInterval: cfg.poll, BatchSize: cfg.batch, ReadConcurrency: cfg.reads, From: cfg.from, Deletes: scanner,
 			IndexDeletedEvent: cfg.indexDeletedEvent, Logger: plog, Metrics: preg,
 			Trim: cfg.trim, TrimInterval: cfg.trimInterval, MaxStreamLen: cfg.maxStreamLen, MinRetention: cfg.minRetention,
 			MaxBacklog: cfg.maxBacklog, Partitions: parts, Partition: p, ReturnOnLostLease: !snapshot, Snapshot: snapshot})

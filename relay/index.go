@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,6 +35,10 @@ type cursor struct {
 	histories map[int]string // shard -> history_uuid the feed read under
 
 	refreshed time.Time // when this loop last forced a refresh of the index
+
+	// mu guards cps, gaps, histories, state and prog while the round's
+	// shards are read in parallel (readShards).
+	mu sync.Mutex
 
 	// ec is the round's client, pinned to one node (es.Client.Pin): the
 	// round's stats, refresh, searches and settle checks all see that
@@ -177,10 +182,12 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) (bool, erro
 			return false, err
 		}
 		cur.refreshed = time.Now()
-		for _, w := range todo {
-			if err := r.readShard(ctx, name, cur, w.shard, w.cp, w.gcp, w.primary); err != nil {
-				return true, err
-			}
+		reads := make([]shardRead, len(todo))
+		for i, w := range todo {
+			reads[i] = shardRead{w.shard, w.cp, w.gcp, w.primary}
+		}
+		if err := r.readShards(ctx, name, cur, reads); err != nil {
+			return true, err
 		}
 	}
 	if r.cfg.Deletes != nil {
@@ -330,6 +337,39 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 	return nil
 }
 
+// shardRead is one shard's window of a round: (cp, gcp], read from primary.
+type shardRead struct {
+	shard   int
+	cp, gcp int64
+	primary es.ShardCheckpoints
+}
+
+// readShards reads the round's shards at once, each in a slot of the
+// relay-wide ReadConcurrency (shared by every index), and returns when all
+// are done, with their errors joined. Each shard's pages stay in order and
+// each page is one commit, so nothing of the per-shard argument changes
+// (docs/DESIGN.md §2): shards never had an order between them, and a
+// document lives in one shard. The delete scans run after every read.
+func (r *Relay) readShards(ctx context.Context, name string, cur *cursor, reads []shardRead) error {
+	errs := make([]error, len(reads))
+	var wg sync.WaitGroup
+	for i, w := range reads {
+		select {
+		case r.reads <- struct{}{}:
+		case <-ctx.Done():
+			errs[i] = ctx.Err()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-r.reads; wg.Done() }()
+			errs[i] = r.readShard(ctx, name, cur, w.shard, w.cp, w.gcp, w.primary)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // readShard pages through (cp, gcp] of one shard, committing each page with
 // its events, delivered ids, gap count and new checkpoint in one
 // transaction. After the last page the checkpoint is the gcp even if no hit
@@ -355,10 +395,12 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 			Events:      make([]redisx.Event, len(hits)),
 			Checkpoints: map[checkpoint.ShardID]int64{id: next},
 		}
+		cur.mu.Lock()
 		if primary.HistoryUUID != "" && cur.histories[shard] != primary.HistoryUUID {
 			// The history this shard is read under, checked every round.
 			batch.Histories = map[checkpoint.ShardID]string{id: primary.HistoryUUID}
 		}
+		cur.mu.Unlock()
 		docs := make([]checkpoint.Doc, len(hits))
 		for i, h := range hits {
 			batch.Events[i] = upsertEvent(name, cur.uuid, shard, cur.target, h)
@@ -376,8 +418,9 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 		if err := r.commit(ctx, batch); err != nil {
 			return err
 		}
-		cur.prog.add(r, len(hits))
 		r.m.checkpoint.WithLabelValues(name, strconv.Itoa(shard)).Set(float64(next))
+		cur.mu.Lock()
+		cur.prog.add(r, len(hits))
 		cur.cps[shard] = next
 		cur.state.Checkpoints[id] = next
 		if h := batch.Histories[id]; h != "" {
@@ -387,6 +430,7 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 		if gap > 0 {
 			cur.gaps[shard] += gap
 		}
+		cur.mu.Unlock()
 		if len(hits) > 0 {
 			r.log.Debug("committed", logIndex, name, logShard, shard, logEvents, len(hits), logCP, next, logGCP, gcp)
 		}

@@ -28,8 +28,11 @@ const (
 const (
 	DefaultPollInterval = time.Second
 	DefaultBatchSize    = 1000
-	DefaultMinBackoff   = 100 * time.Millisecond
-	DefaultMaxBackoff   = 30 * time.Second
+	// DefaultReadConcurrency bounds the shard reads in flight at once,
+	// over every index the relay follows.
+	DefaultReadConcurrency = 8
+	DefaultMinBackoff      = 100 * time.Millisecond
+	DefaultMaxBackoff      = 30 * time.Second
 	// commitTimeout bounds a commit that runs after shutdown began.
 	commitTimeout = 10 * time.Second
 )
@@ -96,6 +99,11 @@ type Config struct {
 	// the least time between two refreshes the relay forces on an index.
 	// Default 1s.
 	PollInterval time.Duration
+	// ReadConcurrency is how many shards are read at once, across and
+	// within indices (each shard's pages in order, each page committed
+	// atomically). Default DefaultReadConcurrency; 1 reads one shard at a
+	// time.
+	ReadConcurrency int
 	// BatchSize is the search page size, and so the most events per commit.
 	// Default 1000.
 	BatchSize int
@@ -145,6 +153,8 @@ func (c Config) Validate() error {
 		return errors.New("relay config: no Targets: name at least one index, pattern, alias or data stream with --index")
 	case c.PollInterval < 0:
 		return fmt.Errorf("relay config: PollInterval = %s: want > 0", c.PollInterval)
+	case c.ReadConcurrency < 0 || c.ReadConcurrency > 256:
+		return fmt.Errorf("relay config: ReadConcurrency = %d: want 1..256", c.ReadConcurrency)
 	case c.BatchSize < 0 || c.BatchSize > 10000:
 		return fmt.Errorf("relay config: BatchSize = %d: want 1..10000 (index.max_result_window)", c.BatchSize)
 	case c.From != "" && c.From != FromBeginning && c.From != FromNow:
@@ -176,6 +186,9 @@ func (c Config) withDefaults() Config {
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
 	}
+	if c.ReadConcurrency == 0 {
+		c.ReadConcurrency = DefaultReadConcurrency
+	}
 	if c.From == "" {
 		c.From = FromBeginning
 	}
@@ -205,6 +218,8 @@ type Relay struct {
 	cfg Config
 	log *slog.Logger
 	m   *metrics
+
+	reads chan struct{} // a slot per shard read in flight (ReadConcurrency)
 
 	paused atomic.Bool // backpressure: the slowest group lags by more than MaxBacklog
 	leader atomic.Bool // this relay holds the lease
@@ -250,7 +265,7 @@ func New(cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Relay{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Metrics)}, nil
+	return &Relay{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Metrics), reads: make(chan struct{}, cfg.ReadConcurrency)}, nil
 }
 
 // Run follows the indices until ctx ends. It waits as a standby while
