@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Info is what GET / says about the cluster.
@@ -359,24 +360,22 @@ func (c *Client) SearchShard(ctx context.Context, p ShardPage) ([]Hit, error) {
 	if p.After >= 0 {
 		body["search_after"] = []any{p.After}
 	}
-	var r struct {
-		TimedOut bool         `json:"timed_out"`
-		Shards   shardsHeader `json:"_shards"`
-		Hits     struct {
-			Hits []struct {
-				Index       string          `json:"_index"`
-				ID          string          `json:"_id"`
-				Routing     string          `json:"_routing"`
-				SeqNo       *int64          `json:"_seq_no"`
-				PrimaryTerm *int64          `json:"_primary_term"`
-				Version     *int64          `json:"_version"`
-				Source      json.RawMessage `json:"_source"`
-			} `json:"hits"`
-		} `json:"hits"`
-	}
 	path := "/" + url.PathEscape(p.Index) + "/_search?preference=_shards:" + strconv.Itoa(p.Shard)
-	if err := c.do(ctx, op, http.MethodPost, path, body, &r); err != nil {
+	// A buffer of the page's own: the hits' sources are slices of it.
+	data, status, err := c.read(ctx, op, http.MethodPost, path, body, nil)
+	if err != nil {
 		return nil, err
+	}
+	pooled := rawHits.Get().(*[]rawHit)
+	defer func() {
+		clear(*pooled) // keep no page alive
+		*pooled = (*pooled)[:0]
+		rawHits.Put(pooled)
+	}()
+	r, err := parseSearch(data, *pooled)
+	*pooled = r.Hits
+	if err != nil {
+		return nil, &Error{Op: op, Status: status, Err: fmt.Errorf("%w: %v", ErrMalformed, err), Reason: "undecodable body"}
 	}
 	if err := r.Shards.check(op); err != nil {
 		return nil, err
@@ -387,12 +386,12 @@ func (c *Client) SearchShard(ctx context.Context, p ShardPage) ([]Hit, error) {
 	if r.TimedOut {
 		return nil, &Error{Op: op, Status: 200, Reason: "the search timed out (partial page)", Err: ErrPartial}
 	}
-	if len(r.Hits.Hits) > p.Size {
-		return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("%d hits for size %d", len(r.Hits.Hits), p.Size), Err: ErrMalformed}
+	if len(r.Hits) > p.Size {
+		return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("%d hits for size %d", len(r.Hits), p.Size), Err: ErrMalformed}
 	}
-	hits := make([]Hit, len(r.Hits.Hits))
+	hits := make([]Hit, len(r.Hits))
 	last := p.After
-	for i, h := range r.Hits.Hits {
+	for i, h := range r.Hits {
 		bad := func(why string) error {
 			return &Error{Op: op, Status: 200, Reason: fmt.Sprintf("hit %d (_id %q): %s", i, h.ID, why), Err: ErrMalformed}
 		}
@@ -417,6 +416,9 @@ func (c *Client) SearchShard(ctx context.Context, p ShardPage) ([]Hit, error) {
 	}
 	return hits, nil
 }
+
+// rawHits are SearchShard's scratch slices of hits as parsed.
+var rawHits = sync.Pool{New: func() any { return new([]rawHit) }}
 
 func escapeIndices(names []string) string {
 	out := make([]string, len(names))

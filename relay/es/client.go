@@ -375,11 +375,35 @@ var (
 // do sends a request and decodes a 2xx JSON body into out. Other statuses
 // become *Error.
 func (c *Client) do(ctx context.Context, op, method, path string, body any, out any) error {
+	buf := bodyBuffers.Get().(*[]byte)
+	defer bodyBuffers.Put(buf)
+	data, status, err := c.read(ctx, op, method, path, body, (*buf)[:0])
+	if cap(data) <= maxPooledBody {
+		*buf = data[:0]
+	}
+	if err != nil || out == nil {
+		return err
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return &Error{Op: op, Status: status, Err: fmt.Errorf("%w: %v", ErrMalformed, err), Reason: "undecodable body"}
+	}
+	return nil
+}
+
+// bodyBuffers are the buffers do reads bodies into: json.Unmarshal copies
+// out what it keeps. Buffers beyond maxPooledBody are left to the GC.
+var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+const maxPooledBody = 4 << 20
+
+// read sends a request and appends a 2xx body to buf; other statuses
+// become *Error. It returns the body and the status.
+func (c *Client) read(ctx context.Context, op, method, path string, body any, buf []byte) ([]byte, int, error) {
 	var encoded []byte
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return &Error{Op: op, Err: err}
+			return buf, 0, &Error{Op: op, Err: err}
 		}
 		encoded = b
 	}
@@ -401,23 +425,37 @@ func (c *Client) do(ctx context.Context, op, method, path string, body any, out 
 		return req, nil
 	})
 	if err != nil {
-		return &Error{Op: op, Err: c.explainTransport(err)}
+		return buf, 0, &Error{Op: op, Err: c.explainTransport(err)}
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
+	if n := resp.ContentLength; n > 0 && int64(cap(buf)-len(buf)) < n+1 {
+		buf = append(buf[:cap(buf)], make([]byte, int(n)+1-(cap(buf)-len(buf)))...)[:len(buf)]
+	}
+	data, err := readAll(resp.Body, buf)
 	if err != nil {
-		return &Error{Op: op, Err: fmt.Errorf("read response: %w", err)}
+		return data, resp.StatusCode, &Error{Op: op, Err: fmt.Errorf("read response: %w", err)}
 	}
 	if resp.StatusCode >= 300 {
-		return decodeError(op, resp.StatusCode, data)
+		return data, resp.StatusCode, decodeError(op, resp.StatusCode, data)
 	}
-	if out == nil {
-		return nil
+	return data, resp.StatusCode, nil
+}
+
+// readAll is io.ReadAll appending to buf.
+func readAll(r io.Reader, buf []byte) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
 	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return &Error{Op: op, Status: resp.StatusCode, Err: fmt.Errorf("%w: %v", ErrMalformed, err), Reason: "undecodable body"}
-	}
-	return nil
 }
 
 // perform sends the request mk builds; when the request reached no node
@@ -433,9 +471,17 @@ func (c *Client) perform(mk func() (*http.Request, error)) (*http.Response, erro
 		if req, err = mk(); err != nil {
 			return nil, err
 		}
-		var resp *http.Response
-		if resp, err = c.os.Perform(req); err == nil {
+		// Stream, not the deprecated Perform: Perform reads the whole body
+		// into a buffer of its own before the caller reads it again.
+		resp, serr := c.os.Stream(req)
+		if err = serr; resp != nil && err == nil {
 			return resp, nil
+		}
+		if resp != nil {
+			resp.Body.Close()
+		}
+		if err == nil {
+			err = errors.New("no response")
 		}
 		var oe *net.OpError
 		if !errors.As(err, &oe) || oe.Op != "dial" || req.Context().Err() != nil {

@@ -1,0 +1,419 @@
+package es
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// A search page is most of what the relay decodes: encoding/json scans
+// every byte of it three times (a validity pre-scan, the decode, a skip of
+// each _source for json.RawMessage) and allocates per field. parseSearch
+// reads the one shape SearchShard asks for in a single pass, validating
+// every byte it passes over as encoding/json would (strings, escapes,
+// numbers, literals, nesting), and keeps each _source as the bytes the
+// engine sent, a sub-slice of the body. Strings with an escape or a
+// non-ASCII byte are decoded by encoding/json itself (rare in ids and
+// routing values); keys match exactly (encoding/json would also match
+// them case-insensitively, which no engine needs); of a repeated key the
+// last wins, and null is the same as an absent field. FuzzParseSearch
+// compares it with encoding/json.
+
+// searchResponse is the part of a search answer the relay reads.
+type searchResponse struct {
+	TimedOut bool
+	Shards   shardsHeader
+	Hits     []rawHit
+}
+
+// rawHit is one hit as sent; a nil number was absent or null.
+type rawHit struct {
+	Index, ID, Routing          string
+	SeqNo, PrimaryTerm, Version *int64
+	Source                      []byte
+}
+
+// maxDepth is encoding/json's nesting limit.
+const maxDepth = 10000
+
+var errSyntax = errors.New("invalid JSON")
+
+type scanner struct {
+	b []byte
+	i int
+}
+
+func (s *scanner) errorf(format string, args ...any) error {
+	return fmt.Errorf("%w at offset %d: %s", errSyntax, s.i, fmt.Sprintf(format, args...))
+}
+
+func (s *scanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// peek returns the next non-space byte (0 at the end).
+func (s *scanner) peek() byte {
+	s.ws()
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+func (s *scanner) expect(c byte) error {
+	if s.peek() != c {
+		return s.errorf("want %q", c)
+	}
+	s.i++
+	return nil
+}
+
+// object calls field for each key of the object at the scanner; field
+// must consume the value.
+func (s *scanner) object(field func(key []byte) error) error {
+	if err := s.expect('{'); err != nil {
+		return err
+	}
+	if s.peek() == '}' {
+		s.i++
+		return nil
+	}
+	for {
+		key, _, err := s.rawString()
+		if err != nil {
+			return err
+		}
+		if err := s.expect(':'); err != nil {
+			return err
+		}
+		if err := field(key); err != nil {
+			return err
+		}
+		switch s.peek() {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return nil
+		default:
+			return s.errorf("want ',' or '}'")
+		}
+	}
+}
+
+// array calls elem for each element of the array at the scanner.
+func (s *scanner) array(elem func() error) error {
+	if err := s.expect('['); err != nil {
+		return err
+	}
+	if s.peek() == ']' {
+		s.i++
+		return nil
+	}
+	for {
+		if err := elem(); err != nil {
+			return err
+		}
+		switch s.peek() {
+		case ',':
+			s.i++
+		case ']':
+			s.i++
+			return nil
+		default:
+			return s.errorf("want ',' or ']'")
+		}
+	}
+}
+
+// rawString consumes a string and returns its contents between the quotes
+// (escapes not decoded) and whether they are plain: printable ASCII with
+// no escape, so the contents are the string's value.
+func (s *scanner) rawString() (raw []byte, plain bool, err error) {
+	if s.peek() != '"' {
+		return nil, false, s.errorf("want a string")
+	}
+	s.i++
+	start := s.i
+	plain = true
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch {
+		case c == '"':
+			raw = s.b[start:s.i]
+			s.i++
+			return raw, plain, nil
+		case c < 0x20:
+			return nil, false, s.errorf("control character in a string")
+		case c == '\\':
+			plain = false
+			s.i++
+			if s.i >= len(s.b) {
+				return nil, false, s.errorf("unterminated escape")
+			}
+			switch s.b[s.i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				s.i++
+			case 'u':
+				if s.i+5 > len(s.b) {
+					return nil, false, s.errorf("short \\u escape")
+				}
+				for _, h := range s.b[s.i+1 : s.i+5] {
+					if !isHex(h) {
+						return nil, false, s.errorf("bad \\u escape")
+					}
+				}
+				s.i += 5
+			default:
+				return nil, false, s.errorf("bad escape")
+			}
+		default:
+			if c >= 0x80 {
+				plain = false
+			}
+			s.i++
+		}
+	}
+	return nil, false, s.errorf("unterminated string")
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// str consumes a string or null ("") and returns its value.
+func (s *scanner) str() (string, error) {
+	if s.null() {
+		return "", nil
+	}
+	start := s.i
+	raw, plain, err := s.rawString()
+	if err != nil {
+		return "", err
+	}
+	if plain {
+		return string(raw), nil
+	}
+	var v string // escapes, non-ASCII (invalid UTF-8 becomes U+FFFD)
+	if err := json.Unmarshal(s.b[start:s.i], &v); err != nil {
+		return "", err
+	}
+	return v, nil
+}
+
+// null consumes a null literal, if there is one.
+func (s *scanner) null() bool {
+	if s.peek() == 'n' && len(s.b)-s.i >= 4 && string(s.b[s.i:s.i+4]) == "null" {
+		s.i += 4
+		return true
+	}
+	return false
+}
+
+// number consumes a JSON number and returns its text.
+func (s *scanner) number() ([]byte, error) {
+	s.ws()
+	start := s.i
+	if s.i < len(s.b) && s.b[s.i] == '-' {
+		s.i++
+	}
+	switch {
+	case s.i < len(s.b) && s.b[s.i] == '0':
+		s.i++
+	case s.i < len(s.b) && '1' <= s.b[s.i] && s.b[s.i] <= '9':
+		s.digits()
+	default:
+		return nil, s.errorf("want a number")
+	}
+	if s.i < len(s.b) && s.b[s.i] == '.' {
+		s.i++
+		if s.digits() == 0 {
+			return nil, s.errorf("want digits after '.'")
+		}
+	}
+	if s.i < len(s.b) && (s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+		s.i++
+		if s.i < len(s.b) && (s.b[s.i] == '+' || s.b[s.i] == '-') {
+			s.i++
+		}
+		if s.digits() == 0 {
+			return nil, s.errorf("want digits in the exponent")
+		}
+	}
+	return s.b[start:s.i], nil
+}
+
+func (s *scanner) digits() int {
+	n := 0
+	for s.i < len(s.b) && '0' <= s.b[s.i] && s.b[s.i] <= '9' {
+		s.i++
+		n++
+	}
+	return n
+}
+
+// int consumes an integer or null (nil). A fraction, an exponent or a
+// value beyond int64 is an error, as with encoding/json into an int64.
+func (s *scanner) int() (*int64, error) {
+	if s.null() {
+		return nil, nil
+	}
+	text, err := s.number()
+	if err != nil {
+		return nil, err
+	}
+	n, err := strconv.ParseInt(string(text), 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("number %s: not an int64", text)
+	}
+	return &n, nil
+}
+
+// boolean consumes true, false or null (false).
+func (s *scanner) boolean() (bool, error) {
+	s.ws()
+	for _, lit := range [...]string{"true", "false", "null"} {
+		if len(s.b)-s.i >= len(lit) && string(s.b[s.i:s.i+len(lit)]) == lit {
+			s.i += len(lit)
+			return lit == "true", nil
+		}
+	}
+	return false, s.errorf("want true or false")
+}
+
+// skip consumes any value and returns its bytes.
+func (s *scanner) skip(depth int) ([]byte, error) {
+	if depth > maxDepth {
+		return nil, s.errorf("nested too deeply")
+	}
+	c := s.peek()
+	start := s.i
+	var err error
+	switch {
+	case c == '{':
+		err = s.object(func([]byte) error { _, err := s.skip(depth + 1); return err })
+	case c == '[':
+		err = s.array(func() error { _, err := s.skip(depth + 1); return err })
+	case c == '"':
+		_, _, err = s.rawString()
+	case c == '-' || '0' <= c && c <= '9':
+		_, err = s.number()
+	default:
+		ok := false
+		for _, lit := range [...]string{"true", "false", "null"} {
+			if len(s.b)-s.i >= len(lit) && string(s.b[s.i:s.i+len(lit)]) == lit {
+				s.i += len(lit)
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			err = s.errorf("want a value")
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.b[start:s.i], nil
+}
+
+// parseSearch reads a search response. hits, if not nil, is reused for
+// the hits (its backing array, not its contents).
+func parseSearch(data []byte, hits []rawHit) (searchResponse, error) {
+	r := searchResponse{Hits: hits[:0]}
+	s := &scanner{b: data}
+	if s.null() {
+		return r, s.end()
+	}
+	err := s.object(func(key []byte) error {
+		switch string(key) {
+		case "timed_out":
+			v, err := s.boolean()
+			r.TimedOut = v
+			return err
+		case "_shards":
+			raw, err := s.skip(1)
+			if err != nil {
+				return err
+			}
+			r.Shards = shardsHeader{}
+			return json.Unmarshal(raw, &r.Shards)
+		case "hits":
+			r.Hits = r.Hits[:0]
+			if s.null() {
+				return nil
+			}
+			return s.object(func(key []byte) error {
+				if string(key) != "hits" {
+					_, err := s.skip(2)
+					return err
+				}
+				r.Hits = r.Hits[:0]
+				if s.null() {
+					return nil
+				}
+				return s.array(func() error {
+					r.Hits = append(r.Hits, rawHit{})
+					return s.hit(&r.Hits[len(r.Hits)-1])
+				})
+			})
+		}
+		_, err := s.skip(1)
+		return err
+	})
+	if err != nil {
+		return searchResponse{}, err
+	}
+	if err := s.end(); err != nil {
+		return searchResponse{}, err
+	}
+	return r, nil
+}
+
+func (s *scanner) end() error {
+	if s.peek() != 0 || s.i < len(s.b) {
+		return s.errorf("data after the top-level value")
+	}
+	return nil
+}
+
+// hit reads one hit object (or null: an empty hit).
+func (s *scanner) hit(h *rawHit) error {
+	if s.null() {
+		return nil
+	}
+	return s.object(func(key []byte) error {
+		var err error
+		switch string(key) {
+		case "_index":
+			h.Index, err = s.str()
+		case "_id":
+			h.ID, err = s.str()
+		case "_routing":
+			h.Routing, err = s.str()
+		case "_seq_no":
+			h.SeqNo, err = s.int()
+		case "_primary_term":
+			h.PrimaryTerm, err = s.int()
+		case "_version":
+			h.Version, err = s.int()
+		case "_source":
+			if s.null() {
+				h.Source = nil
+				return nil
+			}
+			h.Source, err = s.skip(4)
+		default:
+			_, err = s.skip(4)
+		}
+		return err
+	})
+}
