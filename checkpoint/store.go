@@ -602,7 +602,7 @@ func (s *Store) Commit(ctx context.Context, b Batch) error {
 func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 	k := s.cfg.Keys
 	leaseKey := s.cfg.Lease.Key()
-	var adds []*redis.StringCmd
+	var adds []*redis.Cmd
 	var count *redis.IntCmd
 	var waitErr error
 	// Commits of this Store acknowledged before this one began: Redis
@@ -639,7 +639,7 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 			count = p.HIncrBy(ctx, k.Meta(), MetaCommits, 1)
 			adds = adds[:0]
 			for _, e := range b.Events {
-				adds = append(adds, p.XAdd(ctx, &redis.XAddArgs{Stream: k.Events(), Values: e.Values()}))
+				adds = append(adds, p.Do(ctx, e.XAddArgs(k.Events())...))
 			}
 			for id, docs := range b.Delivered {
 				if len(docs) == 0 {
@@ -753,7 +753,7 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 		return 0, fmt.Errorf("commit %d events to %s: %w", len(b.Events), k.Events(), err)
 	}
 	for i, c := range adds {
-		b.Events[i].StreamID = c.Val()
+		b.Events[i].StreamID, _ = c.Text()
 	}
 	if waitErr != nil {
 		return count.Val(), fmt.Errorf("commit %d events to %s (commit %d): %w", len(b.Events), k.Events(), count.Val(), waitErr)

@@ -73,8 +73,19 @@ var ErrBadEntry = errors.New("malformed change-feed entry")
 
 // Values returns the event as XADD field/value pairs, in contract order.
 func (e Event) Values() []any {
-	v := make([]any, 0, 22)
-	v = append(v, "op", string(e.Op), "index", e.Index, "index_uuid", e.IndexUUID)
+	return e.appendFields(make([]any, 0, 22), false)
+}
+
+// XAddArgs returns the command XADD stream * with the fields of Values,
+// in the same order with the same values, as arguments for Do: one
+// allocation for the list, and the source passed as bytes (the same bytes
+// on the wire, not copied into a string).
+func (e Event) XAddArgs(stream string) []any {
+	return e.appendFields(append(make([]any, 0, 25), "xadd", stream, "*"), true)
+}
+
+func (e Event) appendFields(v []any, sourceBytes bool) []any {
+	v = append(v, "op", e.Op.boxed(), "index", e.Index, "index_uuid", e.IndexUUID)
 	if e.Op.document() {
 		v = append(v, "shard", strconv.Itoa(e.Shard), "id", e.ID)
 		if e.Routing != "" {
@@ -85,7 +96,11 @@ func (e Event) Values() []any {
 			"version", strconv.FormatInt(e.Version, 10))
 	}
 	if e.Op == OpUpsert || len(e.Source) > 0 {
-		v = append(v, "source", string(e.Source))
+		if sourceBytes {
+			v = append(v, "source", []byte(e.Source))
+		} else {
+			v = append(v, "source", string(e.Source))
+		}
 	}
 	if e.Target != "" {
 		v = append(v, "target", e.Target)
@@ -95,6 +110,24 @@ func (e Event) Values() []any {
 		v = append(v, "counts", string(c))
 	}
 	return v
+}
+
+// boxed is the op as an interface value, without an allocation for the
+// known ops.
+func (o Op) boxed() any {
+	switch o {
+	case OpUpsert:
+		return string(OpUpsert)
+	case OpDelete:
+		return string(OpDelete)
+	case OpIndexDeleted:
+		return string(OpIndexDeleted)
+	case OpSnapshotStart:
+		return string(OpSnapshotStart)
+	case OpSnapshotEnd:
+		return string(OpSnapshotEnd)
+	}
+	return string(o)
 }
 
 // ParseEvent decodes a stream entry. Unknown fields are ignored (newer

@@ -162,3 +162,26 @@ func FuzzParseEvent(f *testing.F) {
 		}
 	})
 }
+
+func TestEvent_XAddArgs(t *testing.T) {
+	for _, e := range []Event{
+		{Op: OpUpsert, Index: "i", IndexUUID: "u", Shard: 3, ID: "d", Routing: "r", SeqNo: 0, PrimaryTerm: 4, Version: 9, Source: json.RawMessage(`{"a":"é"}`), Target: "t"},
+		{Op: OpDelete, Index: "i", IndexUUID: "u", Shard: 1, ID: "d", SeqNo: 5},
+		{Op: OpSnapshotEnd, Counts: map[string]int64{"i": 2}},
+	} {
+		got := e.XAddArgs("s")
+		want := append([]any{"xadd", "s", "*"}, e.Values()...)
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d args, want %d", e.Op, len(got), len(want))
+		}
+		for i := range want {
+			g := got[i]
+			if b, ok := g.([]byte); ok {
+				g = string(b)
+			}
+			if g != want[i] {
+				t.Errorf("%s: arg %d = %q, want %q", e.Op, i, got[i], want[i])
+			}
+		}
+	}
+}
