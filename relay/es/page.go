@@ -1,6 +1,7 @@
 package es
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,9 +16,10 @@ import (
 // numbers, literals, nesting), and keeps each _source as the bytes the
 // engine sent, a sub-slice of the body. Strings with an escape or a
 // non-ASCII byte are decoded by encoding/json itself (rare in ids and
-// routing values); keys match exactly (encoding/json would also match
-// them case-insensitively, which no engine needs); of a repeated key the
-// last wins, and null is the same as an absent field. FuzzParseSearch
+// routing values). A hit's keys match as with encoding/json (exactly,
+// else case-insensitively; of a repeated key the last wins; null leaves a
+// string as it was and unsets a number); the envelope's keys match
+// exactly. FuzzParseSearch
 // compares it with encoding/json.
 
 // searchResponse is the part of a search answer the relay reads.
@@ -385,6 +387,24 @@ func (s *scanner) end() error {
 	return nil
 }
 
+var hitFields = [...]string{"_index", "_id", "_routing", "_seq_no", "_primary_term", "_version", "_source"}
+
+// hitField is the hit field a key names, matched as encoding/json does
+// (exactly, else case-insensitively), or "".
+func hitField(key []byte) string {
+	for _, f := range hitFields {
+		if string(key) == f {
+			return f
+		}
+	}
+	for _, f := range hitFields {
+		if len(key) >= len(f) && bytes.EqualFold(key, []byte(f)) {
+			return f
+		}
+	}
+	return ""
+}
+
 // hit reads one hit object (or null: an empty hit).
 func (s *scanner) hit(h *rawHit) error {
 	if s.null() {
@@ -392,13 +412,21 @@ func (s *scanner) hit(h *rawHit) error {
 	}
 	return s.object(func(key []byte) error {
 		var err error
-		switch string(key) {
-		case "_index":
-			h.Index, err = s.str()
-		case "_id":
-			h.ID, err = s.str()
-		case "_routing":
-			h.Routing, err = s.str()
+		switch hitField(key) {
+		case "_index", "_id", "_routing":
+			if s.null() {
+				return nil // as encoding/json: null leaves a string as it was
+			}
+			var v string
+			v, err = s.str()
+			switch hitField(key) {
+			case "_index":
+				h.Index = v
+			case "_id":
+				h.ID = v
+			default:
+				h.Routing = v
+			}
 		case "_seq_no":
 			h.SeqNo, err = s.int()
 		case "_primary_term":

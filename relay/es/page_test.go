@@ -3,7 +3,9 @@ package es
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -36,6 +38,14 @@ func refParseSearch(data []byte) (searchResponse, error) {
 		}
 	}
 	for _, m := range list {
+		for key, v := range m {
+			// Folded keys and a null string amid repeated keys depend on
+			// the order of the keys, which a map loses: the relay's
+			// FuzzHitToEvent checks those against a decoder of tokens.
+			if strings.ToLower(key) != key || string(v) == "null" && key != "_source" {
+				return r, errSkip
+			}
+		}
 		var h rawHit
 		for key, dst := range map[string]any{"_index": &h.Index, "_id": &h.ID, "_routing": &h.Routing,
 			"_seq_no": &h.SeqNo, "_primary_term": &h.PrimaryTerm, "_version": &h.Version} {
@@ -53,10 +63,15 @@ func refParseSearch(data []byte) (searchResponse, error) {
 	return r, nil
 }
 
+var errSkip = errors.New("not comparable")
+
 // checkParseSearch fails when parseSearch and encoding/json disagree.
 func checkParseSearch(t *testing.T, data []byte) {
 	t.Helper()
 	want, werr := refParseSearch(data)
+	if werr == errSkip {
+		return
+	}
 	got, gerr := parseSearch(data, nil)
 	if (werr != nil) != (gerr != nil) {
 		t.Fatalf("%q: error %v, encoding/json: %v", data, gerr, werr)
