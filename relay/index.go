@@ -97,7 +97,7 @@ func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) e
 			continue
 		}
 		b.recovered(log)
-		if !progressed && !sleep(ctx, r.cfg.PollInterval) {
+		if !progressed && !r.stats.nextTick(ctx) {
 			return nil
 		}
 	}
@@ -112,8 +112,11 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) (bool, erro
 			return false, err
 		}
 	}
-	cur.ec = r.cfg.ES.Pin()
-	stats, err := cur.ec.Stats(ctx, []string{name})
+	stats, ec, err := r.stats.stats(ctx, name)
+	if ec == nil {
+		ec = r.cfg.ES.Pin()
+	}
+	cur.ec = ec // the node that answered the stats serves the whole round
 	if es.IsNotFound(err) {
 		return r.indexMissing(ctx, name, cur, err)
 	}

@@ -104,6 +104,11 @@ type Config struct {
 	// atomically). Default DefaultReadConcurrency; 1 reads one shard at a
 	// time.
 	ReadConcurrency int
+	// StatsWindow is how long a round's shard-stats request waits for the
+	// rounds of other indices to join it, so that idle indices cost one
+	// _stats request per poll between them. Default DefaultStatsWindow;
+	// negative: each index asks alone.
+	StatsWindow time.Duration
 	// BatchSize is the search page size, and so the most events per commit.
 	// Default 1000.
 	BatchSize int
@@ -189,6 +194,9 @@ func (c Config) withDefaults() Config {
 	if c.ReadConcurrency == 0 {
 		c.ReadConcurrency = DefaultReadConcurrency
 	}
+	if c.StatsWindow == 0 {
+		c.StatsWindow = DefaultStatsWindow
+	}
 	if c.From == "" {
 		c.From = FromBeginning
 	}
@@ -220,6 +228,7 @@ type Relay struct {
 	m   *metrics
 
 	reads chan struct{} // a slot per shard read in flight (ReadConcurrency)
+	stats statsBatcher  // joins the indices' shard-stats reads
 
 	paused atomic.Bool // backpressure: the slowest group lags by more than MaxBacklog
 	leader atomic.Bool // this relay holds the lease
@@ -265,7 +274,9 @@ func New(cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Relay{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Metrics), reads: make(chan struct{}, cfg.ReadConcurrency)}, nil
+	r := &Relay{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Metrics), reads: make(chan struct{}, cfg.ReadConcurrency)}
+	r.stats = statsBatcher{r: r, epoch: time.Now(), window: cfg.StatsWindow}
+	return r, nil
 }
 
 // Run follows the indices until ctx ends. It waits as a standby while

@@ -192,7 +192,22 @@ type IndexStats struct {
 // the checkpoints of each shard's primary copy (replicas may lag). A response
 // with failed shards is an error.
 func (c *Client) Stats(ctx context.Context, indices []string) (map[string]IndexStats, error) {
-	op := "read shard stats of " + strings.Join(indices, ",")
+	return c.stats(ctx, "read shard stats of "+strings.Join(indices, ","), "/"+escapeIndices(indices)+"/_stats/get?level=shards")
+}
+
+// StatsMatching is Stats of every open index the expressions match (and
+// hidden ones with hidden), in one request whatever their number: the
+// relay's idle rounds of all followed indices share it.
+func (c *Client) StatsMatching(ctx context.Context, exprs []string, hidden bool) (map[string]IndexStats, error) {
+	wild := "open"
+	if hidden {
+		wild = "open,hidden"
+	}
+	return c.stats(ctx, "read shard stats of "+strings.Join(exprs, ","),
+		"/"+escapeIndices(exprs)+"/_stats/get?level=shards&expand_wildcards="+url.QueryEscape(wild))
+}
+
+func (c *Client) stats(ctx context.Context, op, path string) (map[string]IndexStats, error) {
 	var r struct {
 		Shards  shardsHeader `json:"_shards"`
 		Indices map[string]struct {
@@ -219,7 +234,6 @@ func (c *Client) Stats(ctx context.Context, indices []string) (map[string]IndexS
 			} `json:"shards"`
 		} `json:"indices"`
 	}
-	path := "/" + escapeIndices(indices) + "/_stats/get?level=shards"
 	if err := c.do(ctx, op, http.MethodGet, path, nil, &r); err != nil {
 		return nil, err
 	}

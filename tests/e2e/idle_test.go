@@ -1,0 +1,79 @@
+package e2e
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/es-changefeed/es-changefeed/relay"
+	"github.com/es-changefeed/es-changefeed/tests/esemu"
+	"github.com/es-changefeed/es-changefeed/tests/redistest"
+)
+
+// idleRequests follows n idle indices under one pattern (poll interval
+// 200 ms) with the given stats window and returns the cluster's requests
+// per poll, by kind, over window.
+func idleRequests(tb testing.TB, n int, statsWindow time.Duration, window time.Duration) (float64, string) {
+	tb.Helper()
+	c := esCluster(tb, esemu.Config{})
+	counted, counter := relayCounted(tb, c)
+	var names []string
+	for i := 0; i < n; i++ {
+		name := c.Index(fmt.Sprintf("idle-%04d", i))
+		createIndex(tb, c, name, 1, 0)
+		names = append(names, name)
+	}
+	mustDo(tb, "PUT", c.URL()+"/"+names[0]+"/_doc/1", `{"n":1}`)
+	srv := redistest.Start(tb)
+	const poll = 200 * time.Millisecond
+	f := startRelay(tb, counted, srv.URL(), fmt.Sprintf("idle-%d", n), []string{c.Index("idle-*")}, func(cfg *relay.Config) {
+		cfg.PollInterval, cfg.StatsWindow = poll, statsWindow
+	})
+	waitCaughtUp(tb, c, f.store, names, time.Minute)
+	time.Sleep(3 * poll)
+	q0 := counter.RequestCounts()
+	time.Sleep(window)
+	q1 := counter.RequestCounts()
+	total := 0
+	var kinds []string
+	for k, v := range q1 {
+		if d := v - q0[k]; d > 0 {
+			total += d
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, d))
+		}
+	}
+	sort.Strings(kinds)
+	f.halt()
+	return float64(total) / (float64(window) / float64(poll)), strings.Join(kinds, ", ")
+}
+
+// TestRelay_IdleRequestsDoNotGrowWithIndices: 50 idle indices under one
+// pattern cost the cluster at most 3 requests per poll (one _stats for all,
+// one _resolve/index, a margin for a tick split in two), not one _stats per
+// index as each index's own round used to ask.
+func TestRelay_IdleRequestsDoNotGrowWithIndices(t *testing.T) {
+	perPoll, kinds := idleRequests(t, 50, 0, 2*time.Second)
+	t.Logf("50 idle indices: %.1f requests per poll (%s)", perPoll, kinds)
+	if perPoll > 3 {
+		t.Fatalf("50 idle indices cost %.1f requests per poll (%s); want at most 3", perPoll, kinds)
+	}
+}
+
+// BenchmarkRelay_IdleRequests: requests per poll for 1, 50 and 1,000 idle
+// indices under one pattern, each index asking alone (the relay before
+// issue 16: StatsWindow < 0) and with the stats joined, in the same run.
+//
+//	go test -run '^$' -bench BenchmarkRelay_IdleRequests -benchtime 1x ./tests/e2e/
+func BenchmarkRelay_IdleRequests(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		for _, n := range []int{1, 50, 1000} {
+			alone, ka := idleRequests(b, n, -1, 2*time.Second)
+			joined, kj := idleRequests(b, n, 0, 2*time.Second)
+			b.ReportMetric(alone, fmt.Sprintf("n=%d_alone_req/poll", n))
+			b.ReportMetric(joined, fmt.Sprintf("n=%d_joined_req/poll", n))
+			b.Logf("%d indices: alone %.1f/poll (%s); joined %.1f/poll (%s)", n, alone, ka, joined, kj)
+		}
+	}
+}
