@@ -203,20 +203,9 @@ func TestRealCost_RefreshesAndIdleRequests(t *testing.T) {
 	waitCaughtUp(t, c, f.store, []string{ix}, time.Minute)
 	idle := func(what string, n int) {
 		time.Sleep(2 * time.Second)
-		q0 := proxy.RequestCounts()
-		time.Sleep(idleWindow)
-		q1 := proxy.RequestCounts()
-		total := 0
-		var kinds []string
-		for k, v := range q1 {
-			if d := v - q0[k]; d > 0 {
-				total += d
-				kinds = append(kinds, fmt.Sprintf("%s %d", k, d))
-			}
-		}
-		sort.Strings(kinds)
+		total, kinds := requestsDuring(proxy, idleWindow)
 		recordCost(t, costFigure{Engine: engine, What: fmt.Sprintf("idle, %s: requests per second (poll interval 1 s)", what), Value: float64(total) / idleWindow.Seconds(), Unit: "requests/s",
-			Note: fmt.Sprintf("%d followed indices; in %s: %s", n, idleWindow, strings.Join(kinds, ", "))})
+			Note: fmt.Sprintf("%d followed indices; in %s: %s", n, idleWindow, kinds)})
 	}
 	idle("1 index", 1)
 	f.halt()

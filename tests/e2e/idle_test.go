@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -33,20 +31,9 @@ func idleRequests(tb testing.TB, n int, statsWindow time.Duration, window time.D
 	})
 	waitCaughtUp(tb, c, f.store, names, time.Minute)
 	time.Sleep(3 * poll)
-	q0 := counter.RequestCounts()
-	time.Sleep(window)
-	q1 := counter.RequestCounts()
-	total := 0
-	var kinds []string
-	for k, v := range q1 {
-		if d := v - q0[k]; d > 0 {
-			total += d
-			kinds = append(kinds, fmt.Sprintf("%s %d", k, d))
-		}
-	}
-	sort.Strings(kinds)
+	total, kinds := requestsDuring(counter, window)
 	f.halt()
-	return float64(total) / (float64(window) / float64(poll)), strings.Join(kinds, ", ")
+	return float64(total) / (float64(window) / float64(poll)), kinds
 }
 
 // TestRelay_IdleRequestsDoNotGrowWithIndices: 50 idle indices under one

@@ -1,13 +1,16 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/es-changefeed/es-changefeed/tests/esemu"
 )
@@ -60,6 +63,24 @@ func (p *countingProxy) RequestCounts() map[string]int {
 		out[k] = v
 	}
 	return out
+}
+
+// requestsDuring counts the requests c served during d: the total and,
+// sorted, "kind n" per kind.
+func requestsDuring(c requestCounter, d time.Duration) (int, string) {
+	q0 := c.RequestCounts()
+	time.Sleep(d)
+	q1 := c.RequestCounts()
+	total := 0
+	var kinds []string
+	for k, v := range q1 {
+		if n := v - q0[k]; n > 0 {
+			total += n
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+		}
+	}
+	sort.Strings(kinds)
+	return total, strings.Join(kinds, ", ")
 }
 
 // requestKind classifies a request as the emulator's routes do.
