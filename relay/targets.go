@@ -32,9 +32,15 @@ type follower struct {
 }
 
 // targetState remembers what was last said about an expression or an index,
-// so each condition is logged once per change.
+// so each condition is logged once per change, and the last resolution.
 type targetState struct {
 	said map[string]string
+
+	// sig is the signature of the joined resolution (es.ResolveAll) the
+	// last per-expression answer (want, closed) went with.
+	sig    string
+	want   map[string]string
+	closed map[string]bool
 }
 
 func (t *targetState) once(key, state string, log func()) {
@@ -170,7 +176,85 @@ func fatalTargetError(err error) bool {
 // follow (index -> the first expression naming it) and the closed ones.
 // Expressions that match nothing, or name nothing, are warned about once
 // and waited for.
+//
+// With several expressions, a round asks once for all of them
+// (joinedResolution) and, if that answer is the one the previous round
+// had, keeps the previous round's answer: idle, the targets cost one
+// request per poll whatever their number. Only a change (an index created,
+// deleted, closed, an alias moved) asks each expression alone, for which
+// expression names which index.
 func (r *Relay) resolveTargets(ctx context.Context, said *targetState) (map[string]string, map[string]bool, error) {
+	if len(r.cfg.Targets) == 1 {
+		return r.resolveEach(ctx, said)
+	}
+	sig, err := r.joinedResolution(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if said.want != nil && sig == said.sig {
+		return said.want, said.closed, nil
+	}
+	want, closed, err := r.resolveEach(ctx, said)
+	if err != nil {
+		return nil, nil, err
+	}
+	said.sig, said.want, said.closed = sig, want, closed
+	return want, closed, nil
+}
+
+// joinedResolution returns the signature of what the expressions name
+// together. They are joined in one request, except that an exclusion
+// applies to every element before it: only the first expression with an
+// exclusion joins (first, so that it excludes from itself only); any other
+// one is asked alone, each answer part of the signature.
+func (r *Relay) joinedResolution(ctx context.Context) (string, error) {
+	var joined, alone []string
+	excluding := false
+	for _, expr := range r.cfg.Targets {
+		switch {
+		case !hasExclusion(expr):
+			joined = append(joined, expr)
+		case !excluding:
+			excluding = true
+			joined = append([]string{expr}, joined...)
+		default:
+			alone = append(alone, expr)
+		}
+	}
+	var sig strings.Builder
+	for _, group := range append([][]string{joined}, splitEach(alone)...) {
+		if len(group) == 0 {
+			continue
+		}
+		res, err := r.cfg.ES.ResolveAll(ctx, group, r.cfg.Hidden)
+		if err != nil {
+			return "", err
+		}
+		sig.WriteString(strings.Join(group, ",") + "\n" + res.Signature())
+	}
+	return sig.String(), nil
+}
+
+// hasExclusion reports whether an expression has a "-name" element.
+func hasExclusion(expr string) bool {
+	for _, el := range strings.Split(expr, ",") {
+		if strings.HasPrefix(strings.TrimSpace(el), "-") {
+			return true
+		}
+	}
+	return false
+}
+
+func splitEach(exprs []string) [][]string {
+	out := make([][]string, len(exprs))
+	for i, e := range exprs {
+		out[i] = []string{e}
+	}
+	return out
+}
+
+// resolveEach resolves each expression alone.
+func (r *Relay) resolveEach(ctx context.Context, said *targetState) (map[string]string, map[string]bool, error) {
 	want := map[string]string{}
 	closed := map[string]bool{}
 	for _, expr := range r.cfg.Targets {

@@ -195,19 +195,41 @@ func (c *Client) Stats(ctx context.Context, indices []string) (map[string]IndexS
 	return c.stats(ctx, "read shard stats of "+strings.Join(indices, ","), "/"+escapeIndices(indices)+"/_stats/get?level=shards")
 }
 
-// StatsMatching is Stats of every open index the expressions match (and
-// hidden ones with hidden), in one request whatever their number: the
-// relay's idle rounds of all followed indices share it.
+// StatsMatching is Stats of every open index the expressions' elements
+// match (and hidden ones with hidden), in one request whatever their
+// number: the relay's idle rounds of all followed indices share it. It
+// asks for more than the expressions name, never less: exclusions
+// ("-name") are left out (joined, one expression's exclusion would remove
+// another's indices), and names that exist nowhere or are closed are
+// skipped (ignore_unavailable) instead of failing the request; callers
+// pick the indices they need from the answer.
 func (c *Client) StatsMatching(ctx context.Context, exprs []string, hidden bool) (map[string]IndexStats, error) {
 	wild := "open"
 	if hidden {
 		wild = "open,hidden"
 	}
-	return c.stats(ctx, "read shard stats of "+strings.Join(exprs, ","),
-		"/"+escapeIndices(exprs)+"/_stats/get?level=shards&expand_wildcards="+url.QueryEscape(wild))
+	var elems []string
+	seen := map[string]bool{}
+	for _, expr := range exprs {
+		for _, el := range strings.Split(expr, ",") {
+			if el = strings.TrimSpace(el); el != "" && !strings.HasPrefix(el, "-") && !seen[el] {
+				seen[el] = true
+				elems = append(elems, el)
+			}
+		}
+	}
+	return c.stats(ctx, "read shard stats of "+strings.Join(elems, ","),
+		"/"+escapeIndices(elems)+"/_stats/get?level=shards&ignore_unavailable=true&allow_no_indices=true&expand_wildcards="+url.QueryEscape(wild))
 }
 
+// statsFilter is the filter_path of the shard stats: what stats reads, not
+// the rest of each copy's stats (a tenth of the body).
+const statsFilter = "&filter_path=_shards,indices.*.uuid,indices.*.shards.*.routing.state,indices.*.shards.*.routing.primary," +
+	"indices.*.shards.*.routing.node,indices.*.shards.*.seq_no,indices.*.shards.*.retention_leases.primary_term," +
+	"indices.*.shards.*.commit.user_data.history_uuid"
+
 func (c *Client) stats(ctx context.Context, op, path string) (map[string]IndexStats, error) {
+	path += statsFilter
 	var r struct {
 		Shards  shardsHeader `json:"_shards"`
 		Indices map[string]struct {

@@ -38,6 +38,32 @@ type ResolvedIndex struct {
 // (recorded on the real engines), which Resolve turns into the same error.
 func (c *Client) Resolve(ctx context.Context, expr string, hidden bool) (Resolution, error) {
 	op := fmt.Sprintf("resolve %q", expr)
+	res, listed, err := c.resolve(ctx, op, expr, hidden, "")
+	if err != nil {
+		return Resolution{}, err
+	}
+	if listed == 0 && concrete(expr) {
+		return Resolution{}, &Error{Op: op, Status: http.StatusOK, Type: "index_not_found_exception",
+			Reason: fmt.Sprintf("no such index [%s] (the cluster resolved the name to nothing)", expr), Err: ErrNotFound}
+	}
+	return res, nil
+}
+
+// ResolveAll resolves every expression in one request: what they name
+// together, the names that exist nowhere left out (ignore_unavailable)
+// instead of failing the request. Elements are sent in order, so an
+// exclusion ("-name") removes from what the elements before it matched,
+// those of earlier expressions too: callers that need each expression's own
+// answer use Resolve.
+func (c *Client) ResolveAll(ctx context.Context, exprs []string, hidden bool) (Resolution, error) {
+	joined := strings.Join(exprs, ",")
+	res, _, err := c.resolve(ctx, fmt.Sprintf("resolve %q", joined), joined, hidden, "&ignore_unavailable=true&allow_no_indices=true")
+	return res, err
+}
+
+// resolve sends GET /_resolve/index/<expr> and returns its resolution and
+// how many entries the answer listed.
+func (c *Client) resolve(ctx context.Context, op, expr string, hidden bool, params string) (Resolution, int, error) {
 	var r struct {
 		Indices []struct {
 			Name       string   `json:"name"`
@@ -57,9 +83,9 @@ func (c *Client) Resolve(ctx context.Context, expr string, hidden bool) (Resolut
 	if hidden {
 		wild += ",hidden"
 	}
-	path := "/_resolve/index/" + url.PathEscape(expr) + "?expand_wildcards=" + url.QueryEscape(wild)
+	path := "/_resolve/index/" + url.PathEscape(expr) + "?expand_wildcards=" + url.QueryEscape(wild) + params
 	if err := c.do(ctx, op, http.MethodGet, path, nil, &r); err != nil {
-		return Resolution{}, err
+		return Resolution{}, 0, err
 	}
 	res := Resolution{Aliases: map[string][]string{}, DataStreams: map[string][]string{}}
 	seen := map[string]int{}
@@ -96,11 +122,33 @@ func (c *Client) Resolve(ctx context.Context, expr string, hidden bool) (Resolut
 		}
 	}
 	sort.Slice(res.Indices, func(i, j int) bool { return res.Indices[i].Name < res.Indices[j].Name })
-	if len(r.Indices)+len(r.Aliases)+len(r.DataStreams) == 0 && concrete(expr) {
-		return Resolution{}, &Error{Op: op, Status: http.StatusOK, Type: "index_not_found_exception",
-			Reason: fmt.Sprintf("no such index [%s] (the cluster resolved the name to nothing)", expr), Err: ErrNotFound}
+	return res, len(r.Indices) + len(r.Aliases) + len(r.DataStreams), nil
+}
+
+// Signature is a canonical text of the resolution: two resolutions with
+// the same signature name the same indices, aliases and data streams, the
+// same way (closed, backing).
+func (res Resolution) Signature() string {
+	var b strings.Builder
+	for _, ix := range res.Indices {
+		fmt.Fprintf(&b, "i %s %t %s\n", ix.Name, ix.Closed, ix.DataStream)
 	}
-	return res, nil
+	for _, kind := range []struct {
+		tag string
+		m   map[string][]string
+	}{{"a", res.Aliases}, {"d", res.DataStreams}} {
+		names := make([]string, 0, len(kind.m))
+		for n := range kind.m {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			members := append([]string(nil), kind.m[n]...)
+			sort.Strings(members)
+			fmt.Fprintf(&b, "%s %s %s\n", kind.tag, n, strings.Join(members, ","))
+		}
+	}
+	return b.String()
 }
 
 // concrete reports whether an expression names indices only by name: no

@@ -14,6 +14,12 @@ import (
 // 200 ms) with the given stats window and returns the cluster's requests
 // per poll, by kind, over window.
 func idleRequests(tb testing.TB, n int, statsWindow time.Duration, window time.Duration) (float64, string) {
+	return idleRequestsOf(tb, n, statsWindow, window, func(c testCluster, names []string) []string { return []string{c.Index("idle-*")} })
+}
+
+// idleRequestsOf is idleRequests with the targets targets returns for the
+// n indices.
+func idleRequestsOf(tb testing.TB, n int, statsWindow time.Duration, window time.Duration, targets func(c testCluster, names []string) []string) (float64, string) {
 	tb.Helper()
 	c := esCluster(tb, esemu.Config{})
 	counted, counter := relayCounted(tb, c)
@@ -26,7 +32,7 @@ func idleRequests(tb testing.TB, n int, statsWindow time.Duration, window time.D
 	mustDo(tb, "PUT", c.URL()+"/"+names[0]+"/_doc/1", `{"n":1}`)
 	srv := redistest.Start(tb)
 	const poll = 200 * time.Millisecond
-	f := startRelay(tb, counted, srv.URL(), fmt.Sprintf("idle-%d", n), []string{c.Index("idle-*")}, func(cfg *relay.Config) {
+	f := startRelay(tb, counted, srv.URL(), fmt.Sprintf("idle-%d", n), targets(c, names), func(cfg *relay.Config) {
 		cfg.PollInterval, cfg.StatsWindow = poll, statsWindow
 	})
 	waitCaughtUp(tb, c, f.store, names, time.Minute)
@@ -45,6 +51,23 @@ func TestRelay_IdleRequestsDoNotGrowWithIndices(t *testing.T) {
 	t.Logf("50 idle indices: %.1f requests per poll (%s)", perPoll, kinds)
 	if perPoll > 3 {
 		t.Fatalf("50 idle indices cost %.1f requests per poll (%s); want at most 3", perPoll, kinds)
+	}
+}
+
+// TestRelay_IdleRequestsDoNotGrowWithExpressions: 20 expressions (single
+// names, patterns, two with exclusions, one naming nothing yet) cost at
+// most 3 requests per poll when nothing changes: one _resolve/index for the
+// expressions that can share one (all but the second exclusion), one for
+// that one, one _stats; not one _resolve/index per expression.
+func TestRelay_IdleRequestsDoNotGrowWithExpressions(t *testing.T) {
+	perPoll, kinds := idleRequestsOf(t, 20, 0, 2*time.Second, func(c testCluster, names []string) []string {
+		targets := append([]string(nil), names[:15]...)
+		return append(targets, c.Index("idle-001*"), c.Index("idle-*")+",-"+c.Index("idle-0000"),
+			c.Index("idle-0*")+",-"+c.Index("idle-0001"), c.Index("not-yet"), c.Index("idle-0019"))
+	})
+	t.Logf("20 expressions: %.1f requests per poll (%s)", perPoll, kinds)
+	if perPoll > 3 {
+		t.Fatalf("20 expressions cost %.1f requests per poll (%s); want at most 3", perPoll, kinds)
 	}
 }
 

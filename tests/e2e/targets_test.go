@@ -633,3 +633,95 @@ func TestRelay_StateLostWhileRunning(t *testing.T) {
 		t.Fatal("the relay kept running after its state vanished")
 	}
 }
+
+// TestTargets_SeveralExpressions: four expressions (a pattern with an
+// exclusion, an alias that rolls over, a name that exists only later, a
+// second pattern with an exclusion) while indices are created, rolled over
+// and deleted. The relay asks once for all of them when nothing changed
+// (issue 16), so this checks that every change is still seen: the stream
+// mirrors what the four expressions name, each event carries the first
+// expression naming its index, excluded indices are never read.
+func TestTargets_SeveralExpressions(t *testing.T) {
+	c := esCluster(t, esemu.Config{})
+	app1, app2, ignored := c.Index("app-1"), c.Index("app-2"), c.Index("app-ignored")
+	alias, later, x1, x2, xskip := c.Index("logs"), c.Index("later"), c.Index("x-1"), c.Index("x-2"), c.Index("x-skip")
+	exprs := []string{c.Index("app-*") + ",-" + ignored, alias, later, c.Index("x-*") + ",-" + xskip}
+	createIndex(t, c, app1, 2, 0)
+	createIndex(t, c, x1, 1, 0)
+	mustDo(t, "PUT", c.URL()+"/"+alias+"-000001", `{"settings":{"number_of_shards":1,"number_of_replicas":0},"aliases":{"`+alias+`":{"is_write_index":true}}}`)
+	srv := redistest.Start(t)
+	f := startRelayDeletes(t, c, srv.URL(), "several", exprs, func(*deletes.Config) {}, func(cfg *relay.Config) { cfg.PollInterval = 200 * time.Millisecond })
+	put := func(ix string, n int) {
+		for i := 0; i < n; i++ {
+			mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/d%d", c.URL(), ix, i), fmt.Sprintf(`{"i":%d}`, i))
+		}
+	}
+	put(app1, 5)
+	put(alias, 3)
+	put(x1, 2)
+	for _, step := range []func(){
+		func() { createIndex(t, c, app2, 1, 0); put(app2, 4) },
+		func() { mustDo(t, "POST", c.URL()+"/"+alias+"/_rollover", ""); put(alias, 3) },
+		func() { createIndex(t, c, later, 1, 0); put(later, 2) },
+		func() {
+			createIndex(t, c, xskip, 1, 0)
+			put(xskip, 2)
+			createIndex(t, c, ignored, 1, 0)
+			put(ignored, 2)
+		},
+		func() { createIndex(t, c, x2, 1, 0); put(x2, 2) },
+		func() { mustDo(t, "DELETE", c.URL()+"/"+app1, "") },
+	} {
+		time.Sleep(500 * time.Millisecond)
+		step()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	var evs []redisx.Event
+	var diff string
+	for time.Now().Before(deadline) {
+		want := map[docKey]doc{}
+		for _, e := range exprs {
+			for k, d := range docsBehind(t, c, e) {
+				want[k] = d
+			}
+		}
+		evs = entries(t, f.rdb, f.keys.Events())
+		if diff = diffDocs(want, replay(evs)); diff == "" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if diff != "" {
+		t.Fatalf("the stream does not mirror the four expressions:\n%s", diff)
+	}
+	noSeqTwice(t, evs)
+	got := map[string]string{}
+	for _, e := range evs {
+		if e.Op != redisx.OpUpsert {
+			continue
+		}
+		if e.Index == ignored || e.Index == xskip {
+			t.Fatalf("an excluded index was followed: %+v", e)
+		}
+		if prev, ok := got[e.Index]; ok && prev != e.Target {
+			t.Fatalf("index %s has events with targets %q and %q", e.Index, prev, e.Target)
+		}
+		got[e.Index] = e.Target
+	}
+	want := map[string]string{app1: exprs[0], app2: exprs[0], alias + "-000001": alias, later: later, x1: exprs[3], x2: exprs[3]}
+	for _, n := range resolveNames(t, c, alias) {
+		want[n] = alias
+	}
+	for ix, target := range want {
+		if got[ix] != target {
+			t.Errorf("events of %s carry target %q, want %q", ix, got[ix], target)
+		}
+	}
+	deleted := false
+	for _, e := range evs {
+		deleted = deleted || (e.Index == app1 && e.Op != redisx.OpUpsert)
+	}
+	if !deleted {
+		t.Errorf("the deleted index %s has no delete or index_deleted event", app1)
+	}
+}

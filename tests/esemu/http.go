@@ -90,10 +90,10 @@ type route struct {
 
 // globalUnmodeledParams are URL parameters ES accepts on every endpoint that
 // the emulator does not model: refused loudly, not as unrecognized.
-var globalUnmodeledParams = map[string]bool{"filter_path": true, "source": true, "source_content_type": true}
+var globalUnmodeledParams = map[string]bool{"source": true, "source_content_type": true}
 
 // commonParams are accepted by every endpoint.
-var commonParams = []string{"pretty", "human", "error_trace", "format"}
+var commonParams = []string{"pretty", "human", "error_trace", "format", "filter_path"}
 
 func (c *Cluster) addRoute(routes *[]route, method, pattern, kind string, params string, h handlerFunc) {
 	ps := map[string]bool{}
@@ -274,6 +274,14 @@ func (c *Cluster) serve(routes []route, w http.ResponseWriter, hr *http.Request)
 			_, _ = w.Write(raw)
 		}
 		return
+	}
+	if f := params.Get("filter_path"); f != "" {
+		filtered, e := filterPath(rep.body, f)
+		if e != nil {
+			c.writeError(w, hr, e)
+			return
+		}
+		rep.body = filtered
 	}
 	c.writeJSON(w, hr, rep.status, rep.body)
 }
