@@ -34,7 +34,16 @@ type cursor struct {
 	origins   map[int]int64  // shard -> where reading began, when not -1
 	histories map[int]string // shard -> history_uuid the feed read under
 
-	refreshed time.Time // when this loop last forced a refresh of the index
+	refreshed int64 // the poll tick (statsBatcher.tick) of this loop's last forced refresh, +1; 0: none
+
+	// pending holds, per shard, the last page of its window: searched, not
+	// yet settled. The next round's stats settle it (settlePending) instead
+	// of a stats request of its own; until then the shard is not read
+	// again. Their hits count against Relay.hold.
+	pending     map[int]*page
+	readTo      map[int]bool // shards whose checkpoint this loop read up to (committed a window's last page)
+	deferred    bool         // the last round left shards that moved for the next tick
+	settleTries int          // rounds that found pending pages unsettled in a row
 
 	// mu guards cps, gaps, histories, state and prog while the round's
 	// shards are read in parallel (readShards).
@@ -54,8 +63,9 @@ func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) e
 	log := r.log.With(logIndex, name)
 	b := r.newBackoff()
 	cur := cursor{target: target, fromNow: fromNow}
+	defer cur.dropPending(r)
 	for {
-		if r.paused.Load() {
+		if r.paused.Load() && len(cur.pending) == 0 {
 			// Backpressure: the cluster keeps the changes; the cursor waits.
 			if !sleep(ctx, r.cfg.PollInterval) {
 				return nil
@@ -63,7 +73,7 @@ func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) e
 			continue
 		}
 		r.m.rounds.Inc()
-		progressed, err := r.round(ctx, name, &cur)
+		err := r.round(ctx, name, &cur)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -96,20 +106,35 @@ func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) e
 			}
 			continue
 		}
-		b.recovered(log)
-		if !progressed && !r.stats.nextTick(ctx) {
+		if !cur.deferred {
+			// Only a round that read what moved shows a failed read is over.
+			b.recovered(log)
+		}
+		if len(cur.pending) > 0 {
+			// Settle the pages at once with the next round's stats; if the
+			// gcp is not there yet, look again a little later.
+			if !sleep(ctx, settleDelay(cur.settleTries)) {
+				return nil
+			}
+			cur.settleTries++
+			continue
+		}
+		// Everything read is committed: the next round is the next poll
+		// tick's (a refresh per index and tick at most).
+		cur.settleTries = 0
+		if !r.stats.nextTick(ctx) {
 			return nil
 		}
 	}
 }
 
-// round reads every shard whose global checkpoint moved past its checkpoint,
-// then runs the delete scans that are due. It reports whether anything was
-// committed.
-func (r *Relay) round(ctx context.Context, name string, cur *cursor) (bool, error) {
+// round settles the pages the previous round left pending, runs the delete
+// scans that are due, then reads every shard whose global checkpoint moved
+// past its checkpoint (at most once per poll tick).
+func (r *Relay) round(ctx context.Context, name string, cur *cursor) error {
 	if !cur.loaded {
 		if err := r.load(ctx, cur); err != nil {
-			return false, err
+			return err
 		}
 	}
 	stats, ec, err := r.stats.stats(ctx, name)
@@ -121,20 +146,21 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) (bool, erro
 		return r.indexMissing(ctx, name, cur, err)
 	}
 	if err != nil {
-		return false, err
+		return err
 	}
 	st, ok := stats[name]
 	if !ok {
-		return false, fmt.Errorf("stats of %s do not list the index", name)
+		return fmt.Errorf("stats of %s do not list the index", name)
 	}
 	if st.UUID != cur.uuid {
+		cur.dropPending(r)
 		// Every older index of this name ends before the new one begins,
 		// so consumers keyed by name see its deletes before new upserts.
 		if err := r.forgetOthers(ctx, name, st.UUID, cur); err != nil {
-			return false, err
+			return err
 		}
 		if err := r.adopt(ctx, name, st, cur); err != nil {
-			return false, err
+			return err
 		}
 	}
 	type work struct {
@@ -142,13 +168,23 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) (bool, erro
 		cp, gcp int64
 		primary es.ShardCheckpoints // the primary the gcp was read from
 	}
+	if err := r.settlePending(ctx, name, st, cur); err != nil {
+		return err
+	}
+	// Every shard without a pending page is read up to its checkpoint: its
+	// delete scan, if due, runs now, before the shard is read further.
+	if r.cfg.Deletes != nil {
+		if _, err := r.scanDeletes(ctx, name, st, cur); err != nil {
+			return err
+		}
+	}
 	var todo []work
 	for _, sc := range st.Shards {
 		if !r.owns(st.UUID, sc.Shard) {
 			continue // another partition's
 		}
 		if h := cur.histories[sc.Shard]; h != "" && sc.HistoryUUID != "" && h != sc.HistoryUUID {
-			return false, fmt.Errorf("%w: shard %d of index %s has a new history (history_uuid %s, now %s): a copy that lacks acknowledged operations became its primary (allocate_stale_primary or allocate_empty_primary with accept_data_loss, or a snapshot restored into the index), so operations the feed delivered may be gone and their seq nos taken again by new ones, which the feed cannot tell apart: run `es-changefeed resync` to rebuild the feed from the documents as they are",
+			return fmt.Errorf("%w: shard %d of index %s has a new history (history_uuid %s, now %s): a copy that lacks acknowledged operations became its primary (allocate_stale_primary or allocate_empty_primary with accept_data_loss, or a snapshot restored into the index), so operations the feed delivered may be gone and their seq nos taken again by new ones, which the feed cannot tell apart: run `es-changefeed resync` to rebuild the feed from the documents as they are",
 				ErrHistoryReplaced, sc.Shard, name, h, sc.HistoryUUID)
 		}
 		cp, ok := cur.cps[sc.Shard]
@@ -158,49 +194,40 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) (bool, erro
 		shard := strconv.Itoa(sc.Shard)
 		r.m.gcp.WithLabelValues(name, shard).Set(float64(sc.GlobalCheckpoint))
 		r.m.checkpoint.WithLabelValues(name, shard).Set(float64(cp))
-		if sc.GlobalCheckpoint > cp {
+		if _, held := cur.pending[sc.Shard]; sc.GlobalCheckpoint > cp && !held {
 			todo = append(todo, work{sc.Shard, cp, sc.GlobalCheckpoint, sc})
 		}
 	}
-	progressed := len(todo) > 0
-	if len(todo) == 0 && cur.prog != nil {
+	// At most one forced refresh of the index per poll tick: on a busy
+	// index every round would find the gcp moved and force a refresh
+	// (measured on a real OpenSearch 2.19 at ~1,500 writes/s: 544 refreshes
+	// a minute, 13× the index's own). What moved since is read at the next
+	// tick, with the other indices' (one refresh request between them).
+	tick := r.stats.tick() + 1
+	cur.deferred = len(todo) > 0 && (cur.refreshed == tick || r.paused.Load())
+	if cur.deferred {
+		todo = nil
+	}
+	if len(todo) == 0 && len(cur.pending) == 0 && cur.prog != nil {
 		cur.prog.finish(r)
 		cur.prog = nil
 	}
 	if len(todo) > 0 {
-		// At most one forced refresh of the index per poll interval: on a
-		// busy index every round progresses and rounds would follow each
-		// other at once, each forcing a refresh (measured on a real
-		// OpenSearch 2.19 at ~1,500 writes/s: 544 refreshes a minute, 13×
-		// the index's own). Waiting out the interval reads more per round
-		// at the same event rate.
-		if wait := r.cfg.PollInterval - time.Since(cur.refreshed); wait > 0 && !cur.refreshed.IsZero() {
-			if !sleep(ctx, wait) {
-				return false, ctx.Err()
-			}
-		}
 		// After the refresh every op <= gcp is searchable on every copy, so
 		// preference=_shards:N may be served by a replica.
-		if err := cur.ec.Refresh(ctx, name); err != nil {
-			return false, err
+		if err := r.refreshes.refresh(ctx, cur.ec, name); err != nil {
+			return err
 		}
-		cur.refreshed = time.Now()
+		cur.refreshed = tick
 		reads := make([]shardRead, len(todo))
 		for i, w := range todo {
 			reads[i] = shardRead{w.shard, w.cp, w.gcp, w.primary}
 		}
 		if err := r.readShards(ctx, name, cur, reads); err != nil {
-			return true, err
+			return err
 		}
 	}
-	if r.cfg.Deletes != nil {
-		n, err := r.scanDeletes(ctx, name, st, cur)
-		if err != nil {
-			return true, err
-		}
-		progressed = progressed || n > 0
-	}
-	return progressed, nil
+	return nil
 }
 
 // scanDeletes runs the due delete scans of the index's shards, each right
@@ -211,6 +238,16 @@ func (r *Relay) scanDeletes(ctx context.Context, name string, st es.IndexStats, 
 		cp, ok := cur.cps[sc.Shard]
 		if !ok || !r.owns(cur.uuid, sc.Shard) {
 			continue // nothing read, nothing delivered (or another partition's)
+		}
+		if _, held := cur.pending[sc.Shard]; held {
+			continue // scanned once its last page is committed
+		}
+		if !cur.readTo[sc.Shard] && sc.GlobalCheckpoint != cp {
+			// A checkpoint loaded, not read up to by this loop: after Redis
+			// lost commits, the delivered ids put back (repair) may lie
+			// above it, where a scan would clear the gap without their
+			// deletes. Scanned once read.
+			continue
 		}
 		origin, ok := cur.origins[sc.Shard]
 		if !ok {
@@ -237,7 +274,8 @@ func (r *Relay) load(ctx context.Context, cur *cursor) error {
 	if err != nil {
 		return err
 	}
-	cur.loaded, cur.state, cur.uuid = true, state, ""
+	cur.dropPending(r)
+	cur.loaded, cur.state, cur.uuid, cur.readTo = true, state, "", nil
 	return nil
 }
 
@@ -261,7 +299,7 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 	if cur.told != "" && cur.told != st.UUID {
 		r.log.Warn("index was re-created: following the new index from its beginning", logIndex, name, "old_uuid", cur.told, logUUID, st.UUID)
 	}
-	cur.cps, cur.gaps, cur.origins, cur.histories = map[int]int64{}, map[int]int64{}, map[int]int64{}, map[int]string{}
+	cur.cps, cur.gaps, cur.origins, cur.histories, cur.readTo = map[int]int64{}, map[int]int64{}, map[int]int64{}, map[int]string{}, nil
 	for id, h := range cur.state.Histories {
 		if id.IndexUUID == st.UUID {
 			cur.histories[id.Shard] = h
@@ -373,75 +411,206 @@ func (r *Relay) readShards(ctx context.Context, name string, cur *cursor, reads 
 	return errors.Join(errs...)
 }
 
+// page is one search page of a shard's window: the hits of (after, next],
+// read while primary was the shard's primary.
+type page struct {
+	shard       int
+	after, next int64
+	hits        []es.Hit
+	primary     es.ShardCheckpoints
+	target      int64     // the max seq no the gcp must reach (-1: not read yet)
+	since       time.Time // when it was searched
+}
+
 // readShard pages through (cp, gcp] of one shard, committing each page with
 // its events, delivered ids, gap count and new checkpoint in one
 // transaction. After the last page the checkpoint is the gcp even if no hit
 // has that seq no: deletes, superseded versions and no-ops consume seq nos
 // too. primary is the primary the gcp was read from; each page is
-// committed only once it is settled (see settle).
+// committed only once it is settled (see settle). The last page of the
+// window, if a hold is free, is left pending for the next round's stats to
+// settle (settlePending): in the steady state a page costs no stats
+// request of its own.
 func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard int, cp, gcp int64, primary es.ShardCheckpoints) error {
-	id := checkpoint.ShardID{IndexUUID: cur.uuid, Shard: shard}
 	after := cp
 	for {
 		hits, err := cur.ec.SearchShard(ctx, es.ShardPage{Index: name, Shard: shard, After: after, UpTo: gcp, Size: r.cfg.BatchSize})
 		if err != nil {
 			return err
 		}
+		pg := &page{shard: shard, after: after, next: gcp, hits: hits, primary: primary, target: -1, since: time.Now()}
+		if len(hits) == r.cfg.BatchSize && hits[len(hits)-1].SeqNo < gcp {
+			pg.next = hits[len(hits)-1].SeqNo
+		}
+		if pg.next == gcp && r.hold(pg.size()) {
+			cur.mu.Lock()
+			if cur.pending == nil {
+				cur.pending = map[int]*page{}
+			}
+			cur.pending[shard] = pg
+			cur.mu.Unlock()
+			return nil
+		} // else the holds are full: settle it now
 		if err := r.settle(ctx, cur.ec, name, shard, primary); err != nil {
 			return err
 		}
-		next := gcp
-		if len(hits) == r.cfg.BatchSize && hits[len(hits)-1].SeqNo < gcp {
-			next = hits[len(hits)-1].SeqNo
-		}
-		batch := checkpoint.Batch{
-			Events:      make([]redisx.Event, len(hits)),
-			Checkpoints: map[checkpoint.ShardID]int64{id: next},
-		}
-		cur.mu.Lock()
-		if primary.HistoryUUID != "" && cur.histories[shard] != primary.HistoryUUID {
-			// The history this shard is read under, checked every round.
-			batch.Histories = map[checkpoint.ShardID]string{id: primary.HistoryUUID}
-		}
-		cur.mu.Unlock()
-		docs := make([]checkpoint.Doc, len(hits))
-		for i, h := range hits {
-			batch.Events[i] = upsertEvent(name, cur.uuid, shard, cur.target, h)
-			docs[i] = checkpoint.Doc{ID: h.ID, Routing: h.Routing}
-		}
-		if len(docs) > 0 {
-			batch.Delivered = map[checkpoint.ShardID][]checkpoint.Doc{id: docs}
-		}
-		// Seq nos of the window that brought no hit: deletes, superseded
-		// versions, no-ops. Only they can hide a delete (DESIGN §3).
-		gap := next - after - int64(len(hits))
-		if gap > 0 {
-			batch.Gaps = map[checkpoint.ShardID]int64{id: gap}
-		}
-		if err := r.commit(ctx, batch); err != nil {
+		if err := r.commitPage(ctx, name, cur, pg); err != nil {
 			return err
 		}
-		r.m.checkpoint.WithLabelValues(name, strconv.Itoa(shard)).Set(float64(next))
-		cur.mu.Lock()
-		cur.prog.add(r, len(hits))
-		cur.cps[shard] = next
-		cur.state.Checkpoints[id] = next
-		if h := batch.Histories[id]; h != "" {
-			cur.histories[shard] = h
-			cur.state.Histories[id] = h
-		}
-		if gap > 0 {
-			cur.gaps[shard] += gap
-		}
-		cur.mu.Unlock()
-		if len(hits) > 0 {
-			r.log.Debug("committed", logIndex, name, logShard, shard, logEvents, len(hits), logCP, next, logGCP, gcp)
-		}
-		if next == gcp {
+		if pg.next == gcp {
 			return nil
 		}
-		after = next
+		after = pg.next
 	}
+}
+
+// commitPage commits a settled page: its events, delivered ids, gap count
+// and the shard's new checkpoint in one transaction.
+func (r *Relay) commitPage(ctx context.Context, name string, cur *cursor, pg *page) error {
+	shard, hits := pg.shard, pg.hits
+	id := checkpoint.ShardID{IndexUUID: cur.uuid, Shard: shard}
+	batch := checkpoint.Batch{
+		Events:      make([]redisx.Event, len(hits)),
+		Checkpoints: map[checkpoint.ShardID]int64{id: pg.next},
+	}
+	cur.mu.Lock()
+	if pg.primary.HistoryUUID != "" && cur.histories[shard] != pg.primary.HistoryUUID {
+		// The history this shard is read under, checked every round.
+		batch.Histories = map[checkpoint.ShardID]string{id: pg.primary.HistoryUUID}
+	}
+	cur.mu.Unlock()
+	docs := make([]checkpoint.Doc, len(hits))
+	for i, h := range hits {
+		batch.Events[i] = upsertEvent(name, cur.uuid, shard, cur.target, h)
+		docs[i] = checkpoint.Doc{ID: h.ID, Routing: h.Routing}
+	}
+	if len(docs) > 0 {
+		batch.Delivered = map[checkpoint.ShardID][]checkpoint.Doc{id: docs}
+	}
+	// Seq nos of the window that brought no hit: deletes, superseded
+	// versions, no-ops. Only they can hide a delete (DESIGN §3).
+	gap := pg.next - pg.after - int64(len(hits))
+	if gap > 0 {
+		batch.Gaps = map[checkpoint.ShardID]int64{id: gap}
+	}
+	if err := r.commit(ctx, batch); err != nil {
+		return err
+	}
+	r.m.checkpoint.WithLabelValues(name, strconv.Itoa(shard)).Set(float64(pg.next))
+	cur.mu.Lock()
+	cur.prog.add(r, len(hits))
+	cur.cps[shard] = pg.next
+	cur.state.Checkpoints[id] = pg.next
+	if cur.readTo == nil {
+		cur.readTo = map[int]bool{}
+	}
+	cur.readTo[shard] = true
+	if h := batch.Histories[id]; h != "" {
+		cur.histories[shard] = h
+		cur.state.Histories[id] = h
+	}
+	if gap > 0 {
+		cur.gaps[shard] += gap
+	}
+	cur.mu.Unlock()
+	if len(hits) > 0 {
+		r.log.Debug("committed", logIndex, name, logShard, shard, logEvents, len(hits), logCP, pg.next)
+	}
+	return nil
+}
+
+// settlePending settles the pending pages with this round's stats, read
+// after their searches (es.Settle's argument, one stats request for every
+// shard and index of the poll): the first stats after the search give the
+// max seq no the gcp must reach; a page commits once a round's stats show
+// the gcp there on the same primary. A page whose primary changed is
+// dropped, uncommitted, and its shard read again.
+func (r *Relay) settlePending(ctx context.Context, name string, st es.IndexStats, cur *cursor) error {
+	for _, shard := range sortedShards(cur.pending) {
+		pg := cur.pending[shard]
+		sc, ok := st.Shard(shard)
+		switch {
+		case !ok:
+			// No started primary in the stats: a failover under way.
+		case !sc.SamePrimary(pg.primary):
+			r.log.Debug("the primary changed before the page settled: reading it again", logIndex, name, logShard, shard,
+				"term", pg.primary.PrimaryTerm, "now", sc.PrimaryTerm)
+			cur.release(r, shard)
+			continue
+		case pg.target < 0:
+			pg.target = sc.MaxSeqNo
+		}
+		if ok && sc.GlobalCheckpoint >= pg.target && pg.target >= 0 {
+			if err := r.commitPage(ctx, name, cur, pg); err != nil {
+				return err
+			}
+			cur.release(r, shard)
+			continue
+		}
+		if time.Since(pg.since) > settleTimeout {
+			return fmt.Errorf("shard %d of %s: the global checkpoint stayed at %d below the max seq no %d for %s: a replica is not keeping up",
+				shard, name, sc.GlobalCheckpoint, pg.target, settleTimeout)
+		}
+	}
+	return nil
+}
+
+// size is what a page weighs against the holds: its hits, at least 1.
+func (pg *page) size() int { return max(len(pg.hits), 1) }
+
+// hold takes n hits of the relay's holds (ReadConcurrency × BatchSize hits
+// between every pending page: as many as the reads in flight hold), or
+// reports false if they do not fit.
+func (r *Relay) hold(n int) bool {
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	if r.held+n > r.cfg.ReadConcurrency*r.cfg.BatchSize {
+		return false
+	}
+	r.held += n
+	return true
+}
+
+func (r *Relay) unhold(n int) {
+	r.heldMu.Lock()
+	r.held -= n
+	r.heldMu.Unlock()
+}
+
+// release forgets the pending page of shard and frees its hold.
+func (cur *cursor) release(r *Relay, shard int) {
+	cur.mu.Lock()
+	defer cur.mu.Unlock()
+	if pg, ok := cur.pending[shard]; ok {
+		delete(cur.pending, shard)
+		r.unhold(pg.size())
+	}
+}
+
+// dropPending forgets every pending page, uncommitted: their shards are
+// read again from their checkpoints.
+func (cur *cursor) dropPending(r *Relay) {
+	for _, shard := range sortedShards(cur.pending) {
+		cur.release(r, shard)
+	}
+}
+
+func sortedShards(m map[int]*page) []int {
+	out := make([]int, 0, len(m))
+	for s := range m {
+		out = append(out, s)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// settleDelay is the pause before the round that settles pending pages
+// again: none the first time, then 5 ms doubling up to 100 ms.
+func settleDelay(tries int) time.Duration {
+	if tries == 0 {
+		return 0
+	}
+	return min(5*time.Millisecond<<min(tries-1, 5), 100*time.Millisecond)
 }
 
 // settleTimeout bounds how long a page waits for the global checkpoint to
@@ -473,22 +642,23 @@ func (r *Relay) settle(ctx context.Context, ec *es.Client, name string, shard in
 // indexMissing handles a 404 for an index: if the feed followed an index of
 // that name, it is gone (confirmed by a second look a moment later) and its
 // end is emitted; otherwise it is an error.
-func (r *Relay) indexMissing(ctx context.Context, name string, cur *cursor, notFound error) (bool, error) {
+func (r *Relay) indexMissing(ctx context.Context, name string, cur *cursor, notFound error) error {
 	if len(r.knownUUIDs(name, cur, "")) == 0 {
-		return false, fmt.Errorf("%w (the feed has never seen an index of that name)", notFound)
+		return fmt.Errorf("%w (the feed has never seen an index of that name)", notFound)
 	}
 	if !sleep(ctx, time.Second) {
-		return false, ctx.Err()
+		return ctx.Err()
 	}
 	if _, err := cur.ec.Stats(ctx, []string{name}); !es.IsNotFound(err) {
-		return false, fmt.Errorf("index %s missing, then not: %v", name, err)
+		return fmt.Errorf("index %s missing, then not: %v", name, err)
 	}
 	if err := r.forgetOthers(ctx, name, "", cur); err != nil {
-		return false, err
+		return err
 	}
+	cur.dropPending(r)
 	cur.uuid, cur.cps, cur.gaps, cur.origins, cur.histories = "", nil, nil, nil, nil
 	cur.gone = true
-	return true, nil
+	return nil
 }
 
 // knownUUIDs lists the recorded uuids of indices named name, except keep.

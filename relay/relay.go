@@ -227,8 +227,11 @@ type Relay struct {
 	log *slog.Logger
 	m   *metrics
 
-	reads chan struct{} // a slot per shard read in flight (ReadConcurrency)
-	stats statsBatcher  // joins the indices' shard-stats reads
+	reads     chan struct{} // a slot per shard read in flight (ReadConcurrency)
+	heldMu    sync.Mutex
+	held      int          // hits of the pages pending their settle check (Relay.hold)
+	stats     statsBatcher // joins the indices' shard-stats reads
+	refreshes refreshBatcher
 
 	paused atomic.Bool // backpressure: the slowest group lags by more than MaxBacklog
 	leader atomic.Bool // this relay holds the lease
@@ -276,6 +279,7 @@ func New(cfg Config) (*Relay, error) {
 	cfg = cfg.withDefaults()
 	r := &Relay{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Metrics), reads: make(chan struct{}, cfg.ReadConcurrency)}
 	r.stats = statsBatcher{r: r, epoch: time.Now(), window: cfg.StatsWindow}
+	r.refreshes = refreshBatcher{window: cfg.StatsWindow}
 	return r, nil
 }
 

@@ -103,3 +103,72 @@ func (b *statsBatcher) nextTick(ctx context.Context) bool {
 	}
 	return sleep(ctx, d)
 }
+
+// tick is the number of the poll tick now (ticks are epoch + k ×
+// PollInterval): a loop forces at most one refresh of its index per tick.
+func (b *statsBatcher) tick() int64 {
+	return int64(time.Since(b.epoch) / b.r.cfg.PollInterval)
+}
+
+// refreshBatcher joins the refreshes of the rounds that read their stats
+// from the same node (one statsBatch) into one POST /<i1,i2,…>/_refresh,
+// chunked by URL length: the indices whose global checkpoint moved in a
+// poll cost one refresh request between them. A batch that fails is sent
+// again index by index, so each round sees the answer it would have got
+// alone.
+type refreshBatcher struct {
+	mu     sync.Mutex
+	open   map[*es.Client]*refreshBatch
+	window time.Duration
+}
+
+type refreshBatch struct {
+	names []string
+	done  chan struct{}
+	err   error
+}
+
+// refresh refreshes index name through ec, joined with the other rounds
+// refreshing through ec within the window.
+func (b *refreshBatcher) refresh(ctx context.Context, ec *es.Client, name string) error {
+	if b.window <= 0 {
+		return ec.Refresh(ctx, name)
+	}
+	b.mu.Lock()
+	if b.open == nil {
+		b.open = map[*es.Client]*refreshBatch{}
+	}
+	bt := b.open[ec]
+	if bt == nil {
+		bt = &refreshBatch{done: make(chan struct{})}
+		b.open[ec] = bt
+		time.AfterFunc(b.window, func() { b.send(ec, bt) })
+	}
+	bt.names = append(bt.names, name)
+	b.mu.Unlock()
+	select {
+	case <-bt.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if bt.err == nil {
+		return nil
+	}
+	if len(bt.names) == 1 {
+		return bt.err
+	}
+	return ec.Refresh(ctx, name)
+}
+
+func (b *refreshBatcher) send(ec *es.Client, bt *refreshBatch) {
+	b.mu.Lock()
+	if b.open[ec] == bt {
+		delete(b.open, ec)
+	}
+	names := bt.names
+	b.mu.Unlock()
+	defer close(bt.done)
+	ctx, cancel := context.WithTimeout(context.Background(), es.DefaultRequestTimeout)
+	defer cancel()
+	bt.err = ec.RefreshAll(ctx, names)
+}

@@ -357,6 +357,50 @@ func (c *Client) Refresh(ctx context.Context, index string) error {
 	return nil
 }
 
+// maxPathBytes bounds the index list of a request's path: engines refuse
+// a request line over http.max_initial_line_length (4 KB by default).
+const maxPathBytes = 3000
+
+// RefreshAll refreshes the indices with as few requests as fit the URL
+// length (one for a few hundred names), each as Refresh: any failed copy
+// is an error, as is any index that does not exist or is closed.
+func (c *Client) RefreshAll(ctx context.Context, indices []string) error {
+	for _, chunk := range chunkNames(indices, maxPathBytes) {
+		op := "refresh " + strings.Join(chunk, ",")
+		var r struct {
+			Shards shardsHeader `json:"_shards"`
+		}
+		if err := c.do(ctx, op, http.MethodPost, "/"+escapeIndices(chunk)+"/_refresh", nil, &r); err != nil {
+			return err
+		}
+		if r.Shards.Failed > 0 {
+			return r.Shards.check(op)
+		}
+	}
+	return nil
+}
+
+// chunkNames splits names into lists whose escaped, comma-joined length is
+// at most limit bytes (a name longer than that alone).
+func chunkNames(names []string, limit int) [][]string {
+	var out [][]string
+	var cur []string
+	n := 0
+	for _, name := range names {
+		l := len(url.PathEscape(name)) + 1
+		if len(cur) > 0 && n+l > limit {
+			out = append(out, cur)
+			cur, n = nil, 0
+		}
+		cur = append(cur, name)
+		n += l
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
 // Hit is one document of a shard page.
 type Hit struct {
 	ID          string

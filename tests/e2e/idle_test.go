@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,5 +86,67 @@ func BenchmarkRelay_IdleRequests(b *testing.B) {
 			b.ReportMetric(joined, fmt.Sprintf("n=%d_joined_req/poll", n))
 			b.Logf("%d indices: alone %.1f/poll (%s); joined %.1f/poll (%s)", n, alone, ka, joined, kj)
 		}
+	}
+}
+
+// TestRelay_BusyRequestsJoined: 10 indices of 4 shards, every shard written
+// all the time. Each poll the indices that moved share one _refresh, and
+// the pages are settled by the stats of each index's next round (read
+// together with the other indices' when they coincide) instead of a stats
+// request per page: per poll at most 2 refreshes (a margin for a tick
+// split in two) and fewer stats than three quarters of the pages — about
+// two per busy index whatever its shard count: one right after its reads,
+// one more when the gcp was not yet there (before issue 16: 20 refreshes
+// and 50 stats per poll, one per index and one per page).
+func TestRelay_BusyRequestsJoined(t *testing.T) {
+	c := esCluster(t, esemu.Config{})
+	counted, counter := relayCounted(t, c)
+	const n = 10
+	var names []string
+	for i := 0; i < n; i++ {
+		name := c.Index(fmt.Sprintf("busy-%02d", i))
+		createIndex(t, c, name, 4, 0)
+		names = append(names, name)
+	}
+	srv := redistest.Start(t)
+	const poll = 500 * time.Millisecond
+	f := startRelay(t, counted, srv.URL(), "busy", []string{c.Index("busy-*")}, func(cfg *relay.Config) { cfg.PollInterval = poll })
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			var body strings.Builder
+			for _, name := range names {
+				for k := 0; k < 12; k++ { // ids over every shard
+					fmt.Fprintf(&body, "{\"index\":{\"_index\":%q,\"_id\":\"d%d-%d\"}}\n{\"i\":%d}\n", name, i%50, k, i)
+				}
+			}
+			mustDo(t, "POST", c.URL()+"/_bulk", body.String())
+		}
+	}()
+	time.Sleep(3 * poll)
+	q0 := counter.RequestCounts()
+	const window = 5 * time.Second
+	time.Sleep(window)
+	q1 := counter.RequestCounts()
+	close(stop)
+	<-done
+	waitCaughtUp(t, c, f.store, names, time.Minute)
+	polls := float64(window / poll)
+	perPoll := func(kind string) float64 { return float64(q1[kind]-q0[kind]) / polls }
+	refresh, stats, search := perPoll(esemu.KindRefresh), perPoll(esemu.KindStats), perPoll(esemu.KindSearch)
+	t.Logf("%d busy indices of 4 shards, per poll: %.1f refresh, %.1f stats, %.1f searches (pages)", n, refresh, stats, search)
+	if search < 2*n {
+		t.Fatalf("%.1f searches per poll: the indices were not busy (want most shards read each poll)", search)
+	}
+	if refresh > 2 || stats >= search*3/4 {
+		t.Fatalf("per poll %.1f refreshes and %.1f stats for %.1f pages of %d busy indices; want at most 2 refreshes and fewer stats than 3/4 of the pages",
+			refresh, stats, search, n)
 	}
 }

@@ -444,6 +444,13 @@ func apiStats(c *Cluster, r *request) (reply, *esError) {
 	if e != nil {
 		return reply{}, e
 	}
+	// Closing and opening write closed[ix] under c.mu.
+	closed := make(map[*index]bool, len(indices))
+	c.mu.RLock()
+	for _, ix := range indices {
+		closed[ix] = ix.closed
+	}
+	c.mu.RUnlock()
 	scrolls, pits := c.OpenContexts()
 	_ = pits
 	var allPrim, allTotal copyStats
@@ -452,7 +459,7 @@ func apiStats(c *Cluster, r *request) (reply, *esError) {
 	for _, ix := range indices {
 		var prim, tot copyStats
 		shardsObj := newOrderedMap()
-		if !ix.closed {
+		if !closed[ix] {
 			for _, s := range ix.shards {
 				s.mu.RLock()
 				var list []any
@@ -481,13 +488,13 @@ func apiStats(c *Cluster, r *request) (reply, *esError) {
 		allTotal.add(tot)
 		io := obj("uuid", ix.uuid)
 		if c.cfg.Flavor.indexHealthInStats() {
-			if ix.closed {
+			if closed[ix] {
 				io.set("status", "close")
 			} else {
 				io.set("health", ix.health()).set("status", "open")
 			}
 		}
-		if ix.closed {
+		if closed[ix] {
 			io.set("primaries", obj()).set("total", obj())
 		} else {
 			io.set("primaries", c.statsSections(metrics, prim)).set("total", c.statsSections(metrics, tot))
