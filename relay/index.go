@@ -128,6 +128,7 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) (bool, erro
 		return false, fmt.Errorf("stats of %s do not list the index", name)
 	}
 	if st.UUID != cur.uuid {
+		r.m.forgetIndex(name) // a new index of this name starts its series afresh
 		// Every older index of this name ends before the new one begins,
 		// so consumers keyed by name see its deletes before new upserts.
 		if err := r.forgetOthers(ctx, name, st.UUID, cur); err != nil {

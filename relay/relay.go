@@ -143,6 +143,10 @@ type Config struct {
 	// cannot take the lease at once or loses it, instead of waiting as a
 	// standby: a partition manager decides what to do. Default false.
 	ReturnOnLostLease bool
+
+	// carry, set by a Feed, is what the successive relays of a partition
+	// share: their metrics (registered once) and what this process saw.
+	carry *carry
 }
 
 // Validate names the first bad field.
@@ -274,7 +278,14 @@ func New(cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	r := &Relay{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Metrics), reads: make(chan struct{}, cfg.ReadConcurrency)}
+	r := &Relay{cfg: cfg, log: cfg.Logger, reads: make(chan struct{}, cfg.ReadConcurrency)}
+	if c := cfg.carry; c != nil {
+		c.mu.Lock()
+		r.m, r.sawMeta, r.lost = c.m, c.sawMeta, c.lost
+		c.mu.Unlock()
+	} else {
+		r.m = newMetrics(cfg.Metrics)
+	}
 	r.stats = statsBatcher{r: r, epoch: time.Now(), window: cfg.StatsWindow}
 	return r, nil
 }
@@ -287,6 +298,7 @@ func New(cfg Config) (*Relay, error) {
 // With ReturnOnLostLease it does not wait: it returns redisx.ErrLeaseLost
 // when the lease is not free (or already its own) or is lost while leading.
 func (r *Relay) Run(ctx context.Context) error {
+	defer r.handOn()
 	for {
 		if r.cfg.ReturnOnLostLease {
 			ok, err := r.cfg.Lease.TryAcquire(ctx)
@@ -343,6 +355,21 @@ func (r *Relay) Run(ctx context.Context) error {
 		cancel()
 		return err
 	}
+}
+
+// handOn leaves what this relay saw for the next relay of its partition
+// (Config.carry).
+func (r *Relay) handOn() {
+	c := r.cfg.carry
+	if c == nil {
+		return
+	}
+	r.mu.Lock()
+	saw, lost := r.sawMeta, r.lost
+	r.mu.Unlock()
+	c.mu.Lock()
+	c.sawMeta, c.lost = saw, lost
+	c.mu.Unlock()
 }
 
 // acquire waits for the lease, retrying Redis errors with backoff.

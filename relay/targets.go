@@ -34,7 +34,8 @@ type follower struct {
 // targetState remembers what was last said about an expression or an index,
 // so each condition is logged once per change.
 type targetState struct {
-	said map[string]string
+	said  map[string]string
+	start *startCheck // set for the start-up check (policy.go)
 }
 
 func (t *targetState) once(key, state string, log func()) {
@@ -103,6 +104,7 @@ func (r *Relay) followTargets(ctx context.Context) error {
 			fromNow := first && r.cfg.From == FromNow
 			go func(name string) {
 				defer close(f.done)
+				defer r.m.forgetIndex(name) // before done: a new loop's series stay
 				err := r.follow(fctx, name, target, fromNow)
 				switch {
 				case errors.Is(err, ErrUnfollowable):
@@ -168,8 +170,8 @@ func fatalTargetError(err error) bool {
 
 // resolveTargets resolves every expression. It returns the open indices to
 // follow (index -> the first expression naming it) and the closed ones.
-// Expressions that match nothing, or name nothing, are warned about once
-// and waited for.
+// What it does with expressions that name or match nothing and with closed
+// indices is the target policy (policy.go).
 func (r *Relay) resolveTargets(ctx context.Context, said *targetState) (map[string]string, map[string]bool, error) {
 	want := map[string]string{}
 	closed := map[string]bool{}
@@ -177,9 +179,9 @@ func (r *Relay) resolveTargets(ctx context.Context, said *targetState) (map[stri
 		res, err := r.cfg.ES.Resolve(ctx, expr, r.cfg.Hidden)
 		switch {
 		case es.IsNotFound(err):
-			said.once("expr:"+expr, "missing", func() {
-				r.log.Warn("the expression names no index, alias or data stream (a typo?); waiting for it to appear", "target", expr, logErr, err.Error())
-			})
+			if err := r.nameless(ctx, expr, err, said); err != nil {
+				return nil, nil, err
+			}
 			continue
 		case err != nil:
 			return nil, nil, err
@@ -193,8 +195,10 @@ func (r *Relay) resolveTargets(ctx context.Context, said *targetState) (map[stri
 		said.once("expr:"+expr, "ok", func() {})
 		for _, ix := range res.Indices {
 			if ix.Closed {
+				if err := r.closedTarget(ctx, expr, ix.Name, said); err != nil {
+					return nil, nil, err
+				}
 				closed[ix.Name] = true
-				r.sayClosed(ix.Name, expr)
 				continue
 			}
 			if _, ok := want[ix.Name]; !ok && !closed[ix.Name] {
