@@ -21,11 +21,9 @@ import (
 )
 
 // Defaults of FeedConfig fields left at their zero value (the others are
-// Config's).
+// Config's, and the deletes.Scanner's).
 const (
-	DefaultTrimInterval = 10 * time.Second
-	DefaultMaxStreamLen = 1_000_000
-	DefaultOwner        = "relay"
+	DefaultOwner = "relay"
 	// startTimeout bounds the start-up checks of Feed.Run (the partition
 	// count, the feed's state, the targets).
 	startTimeout = 10 * time.Second
@@ -172,18 +170,7 @@ func (c FeedConfig) withDefaults() FeedConfig {
 	if c.Owner == "" {
 		c.Owner = DefaultOwner
 	}
-	if c.Retention.TrimInterval == 0 {
-		c.Retention.TrimInterval = DefaultTrimInterval
-	}
-	if c.Retention.MaxStreamLen == 0 {
-		c.Retention.MaxStreamLen = DefaultMaxStreamLen
-	}
-	if c.Deletes.Interval == 0 {
-		c.Deletes.Interval = deletes.DefaultInterval
-	}
-	if c.Deletes.MaxDeleteFraction == 0 {
-		c.Deletes.MaxDeleteFraction = deletes.DefaultMaxDeleteFraction
-	}
+	// Retention's and Deletes' defaults are the relay's and the scanner's.
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

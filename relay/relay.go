@@ -33,6 +33,8 @@ const (
 	DefaultReadConcurrency = 8
 	DefaultMinBackoff      = 100 * time.Millisecond
 	DefaultMaxBackoff      = 30 * time.Second
+	DefaultTrimInterval    = 10 * time.Second
+	DefaultMaxStreamLen    = 1_000_000
 	// commitTimeout bounds a commit that runs after shutdown began.
 	commitTimeout = 10 * time.Second
 )
@@ -83,10 +85,10 @@ type Config struct {
 	// Trim enables safe retention: every TrimInterval the stream is trimmed
 	// (XTRIM MINID) below the oldest entry some group has not acknowledged.
 	Trim bool
-	// TrimInterval is the period of trimming. Default 10s.
+	// TrimInterval is the period of trimming. Default DefaultTrimInterval.
 	TrimInterval time.Duration
 	// MaxStreamLen bounds the stream when no group exists (with a warning).
-	// Default 1,000,000.
+	// Default DefaultMaxStreamLen.
 	MaxStreamLen int64
 	// MinRetention keeps entries at least this long whatever the groups
 	// acknowledged. Default 0.
@@ -217,10 +219,10 @@ func (c Config) withDefaults() Config {
 		c.ProgressInterval = 5 * time.Second
 	}
 	if c.TrimInterval == 0 {
-		c.TrimInterval = 10 * time.Second
+		c.TrimInterval = DefaultTrimInterval
 	}
 	if c.MaxStreamLen == 0 {
-		c.MaxStreamLen = 1_000_000
+		c.MaxStreamLen = DefaultMaxStreamLen
 	}
 	return c
 }
