@@ -179,7 +179,8 @@ func (c FeedConfig) withDefaults() FeedConfig {
 
 // Feed runs a feed of 1..N partitions: it owns the wiring of each
 // partition's lease, checkpoint.Store, deletes.Scanner and Relay, and, for
-// more than one partition, the partition manager. Run it once.
+// more than one partition, the partition manager. Run it once (a second
+// Run returns ErrRanTwice).
 type Feed struct {
 	cfg   FeedConfig
 	log   *slog.Logger
@@ -306,7 +307,7 @@ func (f *Feed) relayConfig(p *part, snapshot bool) Config {
 // acquisition of a partition.
 func (f *Feed) Run(ctx context.Context) error {
 	if !f.ran.CompareAndSwap(false, true) {
-		return errors.New("relay: Feed.Run called twice")
+		return ErrRanTwice
 	}
 	sctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()

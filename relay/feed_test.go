@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -147,8 +148,11 @@ func TestFeed_MetricsOfGoneIndices(t *testing.T) {
 	env.create(t, "m-b", 2)
 	env.create(t, "m-c", 1)
 	reg := prometheus.NewRegistry()
-	env.runFeed(t, FeedConfig{Feed: "metrics", Targets: []string{"m-*,-m-c", "m-c"}, Metrics: reg})
+	f := env.runFeed(t, FeedConfig{Feed: "metrics", Targets: []string{"m-*,-m-c", "m-c"}, Metrics: reg})
 	waitSeries(t, reg, slices.Concat(both("m-a", 0, 1), both("m-b", 0, 1), both("m-c", 0)), "followed")
+	if err := f.Run(context.Background()); !errors.Is(err, ErrRanTwice) {
+		t.Fatalf("a second Feed.Run: %v, want ErrRanTwice", err)
+	}
 
 	env.do(t, http.MethodDelete, "/m-a", "")
 	waitSeries(t, reg, slices.Concat(both("m-b", 0, 1), both("m-c", 0)), "m-a deleted")
@@ -233,5 +237,28 @@ func TestFeed_PartitionReacquiredGetsAFreshRelay(t *testing.T) {
 			t.Fatalf("%d upserts in the streams, want 40", n)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRelay_RunOnce: a Relay runs once; a second Run is refused.
+func TestRelay_RunOnce(t *testing.T) {
+	env := newFeedEnv(t)
+	f, err := NewFeed(FeedConfig{ES: env.client, Redis: env.rdb, Feed: "once", Targets: []string{"x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.relayConfig(f.parts[0], false)
+	cfg.carry = nil
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Run(ctx); err != nil {
+		t.Fatalf("first Run on an ended context: %v, want nil", err)
+	}
+	if err := r.Run(ctx); !errors.Is(err, ErrRanTwice) {
+		t.Fatalf("second Run: %v, want ErrRanTwice", err)
 	}
 }

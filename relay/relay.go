@@ -18,6 +18,10 @@ import (
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
 
+// ErrRanTwice is returned by a second Run of a Relay or a Feed: their
+// state is one run's.
+var ErrRanTwice = errors.New("relay: Run called twice; build a new one")
+
 // Start positions for shards that have no stored checkpoint.
 const (
 	FromBeginning = "beginning"
@@ -227,11 +231,14 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Relay turns shard sequence numbers into stream entries. Run it once.
+// Relay turns shard sequence numbers into stream entries. Run it once (a
+// second Run returns ErrRanTwice): a Feed gives each acquisition of a
+// partition's lease a fresh Relay.
 type Relay struct {
 	cfg Config
 	log *slog.Logger
 	m   *metrics
+	ran atomic.Bool
 
 	reads chan struct{} // a slot per shard read in flight (ReadConcurrency)
 	stats statsBatcher  // joins the indices' shard-stats reads
@@ -300,6 +307,9 @@ func New(cfg Config) (*Relay, error) {
 // With ReturnOnLostLease it does not wait: it returns redisx.ErrLeaseLost
 // when the lease is not free (or already its own) or is lost while leading.
 func (r *Relay) Run(ctx context.Context) error {
+	if !r.ran.CompareAndSwap(false, true) {
+		return ErrRanTwice
+	}
 	defer r.handOn()
 	for {
 		if r.cfg.ReturnOnLostLease {
