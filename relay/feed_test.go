@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 	"github.com/es-changefeed/es-changefeed/tests/esemu"
@@ -65,8 +66,34 @@ func (e feedEnv) create(tb testing.TB, index string, shards int) {
 }
 
 // runFeed runs a Feed on cfg (clients, fast polls and backoffs filled in)
-// until the test ends.
+// until the test ends, when Run must return nil.
 func (e feedEnv) runFeed(tb testing.TB, cfg FeedConfig) *Feed {
+	tb.Helper()
+	f, run := e.startFeed(tb, cfg)
+	tb.Cleanup(func() {
+		if err := run.stop(); err != nil {
+			tb.Errorf("Feed.Run: %v", err)
+		}
+	})
+	return f
+}
+
+// runningFeed is a Feed's Run in a goroutine.
+type runningFeed struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // Run's, once done is closed
+}
+
+// stop ends Run and returns its error.
+func (r *runningFeed) stop() error {
+	r.cancel()
+	<-r.done
+	return r.err
+}
+
+// startFeed runs a Feed on cfg until the test ends.
+func (e feedEnv) startFeed(tb testing.TB, cfg FeedConfig) (*Feed, *runningFeed) {
 	tb.Helper()
 	cfg.ES, cfg.Redis = e.client, e.rdb
 	cfg.PollInterval, cfg.LeaseTTL = 50*time.Millisecond, time.Second
@@ -77,15 +104,10 @@ func (e feedEnv) runFeed(tb testing.TB, cfg FeedConfig) *Feed {
 		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.Run(ctx) }()
-	tb.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			tb.Errorf("Feed.Run: %v", err)
-		}
-	})
-	return f
+	run := &runningFeed{cancel: cancel, done: make(chan struct{})}
+	go func() { defer close(run.done); run.err = f.Run(ctx) }()
+	tb.Cleanup(func() { _ = run.stop() })
+	return f, run
 }
 
 // shardSeries lists the escf_shard_checkpoint and
@@ -167,6 +189,62 @@ func TestFeed_MetricsOfGoneIndices(t *testing.T) {
 	waitSeries(t, reg, both("m-b", 0), "m-c closed")
 }
 
+// waitHeld waits until f's manager holds every one of its partitions.
+func waitHeld(tb testing.TB, f *Feed, what string) {
+	tb.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if m := f.manager.Load(); m != nil && len(m.Held()) == f.cfg.Partitions {
+			return
+		}
+		if time.Now().After(deadline) {
+			_, held := f.Health()
+			tb.Fatalf("%s: %s, want every partition held", what, held)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestFeed_PartitionStateLostIsTold: the keys of a partition vanish
+// (Redis restarted without them) while this process runs it: the fresh
+// Relay that takes the partition again knows this process saw its state,
+// and the feed stops with ErrStateLost instead of starting it afresh.
+func TestFeed_PartitionStateLostIsTold(t *testing.T) {
+	env := newFeedEnv(t)
+	env.create(t, "l-a", 4)
+	for i := range 20 {
+		env.do(t, http.MethodPut, fmt.Sprintf("/l-a/_doc/%d", i), `{}`)
+	}
+	f, run := env.startFeed(t, FeedConfig{Feed: "lost", Targets: []string{"l-a"}, Partitions: 2})
+	waitHeld(t, f, "start")
+	ctx := context.Background()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if n, _ := env.rdb.XLen(ctx, f.Keys(0).Events()).Result(); n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("partition 0 wrote nothing")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	keys, err := env.rdb.Keys(ctx, "escf:{lost:0}:*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("keys of partition 0: %v %v", keys, err)
+	}
+	if err := env.rdb.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-run.done:
+		if !errors.Is(run.err, checkpoint.ErrStateLost) {
+			t.Fatalf("Feed.Run: %v, want ErrStateLost", run.err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the feed went on after partition 0's state vanished")
+	}
+}
+
 // TestFeed_PartitionReacquiredGetsAFreshRelay: a partition whose lease is
 // lost is taken again by the manager with a new Relay (the metrics of the
 // first are not registered twice) that goes on delivering.
@@ -176,21 +254,7 @@ func TestFeed_PartitionReacquiredGetsAFreshRelay(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	f := env.runFeed(t, FeedConfig{Feed: "parts", Targets: []string{"p-a"}, Partitions: 2, Metrics: reg})
 	ctx := context.Background()
-	waitHeld := func(what string) {
-		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			if ok, _ := f.Ready(); ok && len(f.manager.Load().Held()) == 2 {
-				return
-			}
-			if time.Now().After(deadline) {
-				_, held := f.Health()
-				t.Fatalf("%s: %s, want both partitions held", what, held)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	waitHeld("start")
+	waitHeld(t, f, "start")
 	first, err := env.rdb.Get(ctx, f.Keys(0).Lease()).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +275,7 @@ func TestFeed_PartitionReacquiredGetsAFreshRelay(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	waitHeld("re-acquired")
+	waitHeld(t, f, "re-acquired")
 	// Documents on every shard reach the partitions' streams.
 	for i := range 40 {
 		env.do(t, http.MethodPut, fmt.Sprintf("/p-a/_doc/%d", i), `{}`)
