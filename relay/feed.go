@@ -149,8 +149,14 @@ func (c FeedConfig) Validate() error {
 		return fmt.Errorf("feed config: Partitions = %d: want 1..%d", c.Partitions, redisx.MaxPartitions)
 	case c.LeaseTTL < 0:
 		return fmt.Errorf("feed config: LeaseTTL = %s: want > 0", c.LeaseTTL)
-	case c.Retention.TrimInterval < 0 || c.Retention.MaxStreamLen < 0 || c.Retention.MinRetention < 0 || c.Retention.MaxBacklog < 0:
-		return fmt.Errorf("feed config: Retention %+v: want no negative field", c.Retention)
+	case c.Retention.TrimInterval < 0:
+		return fmt.Errorf("feed config: Retention.TrimInterval = %s: want > 0", c.Retention.TrimInterval)
+	case c.Retention.MaxStreamLen < 0:
+		return fmt.Errorf("feed config: Retention.MaxStreamLen = %d: want > 0", c.Retention.MaxStreamLen)
+	case c.Retention.MinRetention < 0:
+		return fmt.Errorf("feed config: Retention.MinRetention = %s: want >= 0", c.Retention.MinRetention)
+	case c.Retention.MaxBacklog < 0:
+		return fmt.Errorf("feed config: Retention.MaxBacklog = %d: want >= 0 (0: never pause)", c.Retention.MaxBacklog)
 	case c.Durability.WaitReplicas < 0:
 		return fmt.Errorf("feed config: Durability.WaitReplicas = %d: want >= 0", c.Durability.WaitReplicas)
 	}

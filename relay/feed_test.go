@@ -326,3 +326,40 @@ func TestRelay_RunOnce(t *testing.T) {
 		t.Fatalf("second Run: %v, want ErrRanTwice", err)
 	}
 }
+
+func TestFeedConfig_Validate(t *testing.T) {
+	base := FeedConfig{ES: &es.Client{}, Redis: redis.NewClient(&redis.Options{}), Feed: "f", Targets: []string{"a"}}
+	tests := []struct {
+		name    string
+		mod     func(*FeedConfig)
+		wantErr string
+	}{
+		{name: "minimal", mod: func(*FeedConfig) {}},
+		{name: "no ES", mod: func(c *FeedConfig) { c.ES = nil }, wantErr: "ES is nil"},
+		{name: "no Redis", mod: func(c *FeedConfig) { c.Redis = nil }, wantErr: "Redis is nil"},
+		{name: "bad feed name", mod: func(c *FeedConfig) { c.Feed = "a:b" }, wantErr: "Feed:"},
+		{name: "too many partitions", mod: func(c *FeedConfig) { c.Partitions = 1025 }, wantErr: "Partitions = 1025"},
+		{name: "negative backlog", mod: func(c *FeedConfig) { c.Retention.MaxBacklog = -1 }, wantErr: "Retention.MaxBacklog = -1"},
+		{name: "negative replicas", mod: func(c *FeedConfig) { c.Durability.WaitReplicas = -1 }, wantErr: "Durability.WaitReplicas = -1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := base
+			tt.mod(&c)
+			err := c.Validate()
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("Validate() = %v, want nil", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("Validate() = %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+	t.Run("NewFeed checks the relay config too", func(t *testing.T) {
+		c := base
+		c.Targets = nil
+		if _, err := NewFeed(c); err == nil || !strings.Contains(err.Error(), "no Targets") {
+			t.Fatalf("NewFeed without targets: %v, want the relay config's refusal", err)
+		}
+	})
+}
