@@ -229,10 +229,15 @@ func NewFeed(cfg FeedConfig) (*Feed, error) {
 	}
 	cfg = cfg.withDefaults()
 	f := &Feed{cfg: cfg, log: cfg.Logger}
+	// Check the relays' config (its Store and Lease stand in) before
+	// anything is registered, so that Run fails on nothing but I/O.
+	if err := f.relayConfig(&part{store: &checkpoint.Store{}, lease: &redisx.Lease{}}, false).Validate(); err != nil {
+		return nil, err
+	}
 	for n := range cfg.Partitions {
 		keys, log, reg := redisx.NewKeys(cfg.Feed), cfg.Logger, cfg.Metrics
 		if cfg.Partitions > 1 {
-			keys, log = redisx.PartitionKeys(cfg.Feed, n, cfg.Partitions), log.With("partition", n)
+			keys, log = redisx.PartitionKeys(cfg.Feed, n, cfg.Partitions), log.With(logPartition, n)
 			if reg != nil {
 				reg = prometheus.WrapRegistererWith(PartitionLabels(n), reg)
 			}
@@ -242,10 +247,6 @@ func NewFeed(cfg FeedConfig) (*Feed, error) {
 			return nil, err
 		}
 		f.parts = append(f.parts, p)
-	}
-	// Check the relay config once, so that Run fails on nothing but I/O.
-	if err := f.relayConfig(f.parts[0], false).Validate(); err != nil {
-		return nil, err
 	}
 	return f, nil
 }
@@ -343,7 +344,7 @@ func (f *Feed) Run(ctx context.Context) error {
 			return err
 		}
 		f.one.Store(r)
-		f.log.Info("relay starting", "feed", c.Feed, "stream", f.parts[0].keys.Events(), "targets", c.Targets, "resync", c.Snapshot.Enabled)
+		f.log.Info("relay starting", logFeed, c.Feed, "stream", f.parts[0].keys.Events(), logTargets, c.Targets, "resync", c.Snapshot.Enabled)
 		return r.Run(ctx)
 	}
 	// Every partition records every index it follows: partition 0's
@@ -370,8 +371,8 @@ func (f *Feed) Run(ctx context.Context) error {
 		return err
 	}
 	f.manager.Store(m)
-	f.log.Info("relay starting", "feed", c.Feed, "partitions", c.Partitions, "relays_key", partition.RelaysKey(c.Feed),
-		"streams", "escf:{"+c.Feed+":0.."+strconv.Itoa(c.Partitions-1)+"}:events", "targets", c.Targets)
+	f.log.Info("relay starting", logFeed, c.Feed, logPartitions, c.Partitions, "relays_key", partition.RelaysKey(c.Feed),
+		"streams", "escf:{"+c.Feed+":0.."+strconv.Itoa(c.Partitions-1)+"}:events", logTargets, c.Targets)
 	return m.Run(ctx)
 }
 
@@ -415,7 +416,7 @@ func (f *Feed) resync(ctx context.Context) error {
 			}
 		})
 	}
-	f.log.Info("resync: rebuilding every partition", "partitions", parts)
+	f.log.Info("resync: rebuilding every partition", logPartitions, parts)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -426,7 +427,7 @@ func (f *Feed) resync(ctx context.Context) error {
 			}
 		}
 		if done == parts {
-			f.log.Info("resync: every partition's snapshot is written; following as a partition manager", "partitions", parts)
+			f.log.Info("resync: every partition's snapshot is written; following as a partition manager", logPartitions, parts)
 			return nil
 		}
 		select {

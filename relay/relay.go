@@ -54,6 +54,11 @@ const (
 	logGCP     = "global_checkpoint"
 	logHolder  = "holder"
 	logBackoff = "retry_in"
+
+	logFeed       = "feed"
+	logTargets    = "targets"
+	logPartition  = "partition"
+	logPartitions = "partitions"
 )
 
 // Config configures a Relay.
