@@ -346,13 +346,7 @@ func TestFeedConfig_Validate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := base
 			tt.mod(&c)
-			err := c.Validate()
-			switch {
-			case tt.wantErr == "" && err != nil:
-				t.Fatalf("Validate() = %v, want nil", err)
-			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-				t.Fatalf("Validate() = %v, want an error containing %q", err, tt.wantErr)
-			}
+			checkValidate(t, c.Validate(), tt.wantErr)
 		})
 	}
 	t.Run("NewFeed checks the relay config too", func(t *testing.T) {
