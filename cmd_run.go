@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -58,8 +57,8 @@ func relayFlags() []cli.Flag {
 		&cli.StringFlag{Name: "delete-listing", Value: "auto", Usage: "how scans list live ids: auto, pit or scroll", Sources: cli.EnvVars("ESCF_DELETE_LISTING")},
 		&cli.BoolFlag{Name: "index-deleted-event", Usage: "end a deleted index with its index_deleted event only, without a delete per document first", Sources: cli.EnvVars("ESCF_INDEX_DELETED_EVENT")},
 		&cli.BoolFlag{Name: "trim", Usage: "trim the stream below the oldest entry some consumer group has not acknowledged", Sources: cli.EnvVars("ESCF_TRIM")},
-		&cli.DurationFlag{Name: "trim-interval", Value: 10 * time.Second, Usage: "how often --trim trims", Sources: cli.EnvVars("ESCF_TRIM_INTERVAL")},
-		&cli.Int64Flag{Name: "max-stream-len", Value: 1_000_000, Usage: "with --trim and no consumer group: keep at most this many entries (with a warning)", Sources: cli.EnvVars("ESCF_MAX_STREAM_LEN")},
+		&cli.DurationFlag{Name: "trim-interval", Value: relay.DefaultTrimInterval, Usage: "how often --trim trims", Sources: cli.EnvVars("ESCF_TRIM_INTERVAL")},
+		&cli.Int64Flag{Name: "max-stream-len", Value: relay.DefaultMaxStreamLen, Usage: "with --trim and no consumer group: keep at most this many entries (with a warning)", Sources: cli.EnvVars("ESCF_MAX_STREAM_LEN")},
 		&cli.DurationFlag{Name: "min-retention", Usage: "with --trim: keep entries at least this long, acknowledged or not", Sources: cli.EnvVars("ESCF_MIN_RETENTION")},
 		&cli.Int64Flag{Name: "max-backlog", Usage: "pause reading the cluster while a consumer group lags by more than this many entries (0: never)", Sources: cli.EnvVars("ESCF_MAX_BACKLOG")},
 		&cli.IntFlag{Name: "wait-replicas", Usage: "after each commit, wait (Redis WAIT) until this many replicas have it; fewer within --wait-timeout: the relay reloads its state and goes on (0: do not wait)", Sources: cli.EnvVars("ESCF_WAIT_REPLICAS")},
@@ -70,97 +69,88 @@ func relayFlags() []cli.Flag {
 	return slices.Insert(flags, 1, clusterFlags("es", "ESCF_ES", "the cluster")...) // after --es
 }
 
-// runConfig is everything `run` needs, parsed and validated.
+// runConfig is everything `run` and `resync` need, parsed and validated.
 type runConfig struct {
-	es       es.Config // URLs, TLS and credentials
-	redis    redisx.ClientConfig
-	feed     string
-	targets  []string
-	hidden   bool
-	poll     time.Duration
-	batch    int
-	reads    int
-	from     string
-	leaseTTL time.Duration
+	es          es.Config // URLs, TLS and credentials
+	redis       redisx.ClientConfig
+	metricsAddr string
+	// feed is the Feed's config without its clients (runFeed connects
+	// them) and without Snapshot (relayAction sets it for resync).
+	feed relay.FeedConfig
+}
 
-	trim         bool
-	trimInterval time.Duration
-	maxStreamLen int64
-	minRetention time.Duration
-	maxBacklog   int64
-	metricsAddr  string
-	waitReplicas int
-	waitTimeout  time.Duration
-	partitions   int // > 1: run a partition manager (run_partitions.go)
-
-	deletes           bool
-	scanInterval      time.Duration
-	maxDeleteFraction float64
-	listing           string
-	indexDeletedEvent bool
+// partitionsFlag is --partitions of run and resync.
+func partitionsFlag() cli.Flag {
+	return &cli.IntFlag{Name: "partitions", Value: 1, Sources: cli.EnvVars("ESCF_PARTITIONS"),
+		Usage: "split the feed in this many partitions (1..1024), each with its own stream, checkpoints and lease under escf:{<feed>:<p>}:…; " +
+			"relays run with the same count share them; fixed for the life of the feed"}
 }
 
 func parseRunFlags(cmd *cli.Command) (runConfig, error) {
-	c := runConfig{
-		feed: cmd.String("feed"), targets: relay.SplitTargets(cmd.StringSlice("index")),
-		hidden: cmd.Bool("hidden"),
-		poll:   cmd.Duration("poll-interval"), batch: cmd.Int("batch-size"), reads: cmd.Int("read-concurrency"), from: cmd.String("from"),
-		leaseTTL: cmd.Duration("lease-ttl"), deletes: cmd.Bool("deletes"), scanInterval: cmd.Duration("delete-scan-interval"),
-		maxDeleteFraction: cmd.Float("max-delete-fraction"), listing: cmd.String("delete-listing"),
-		indexDeletedEvent: cmd.Bool("index-deleted-event"),
-		trim:              cmd.Bool("trim"), trimInterval: cmd.Duration("trim-interval"), maxStreamLen: cmd.Int64("max-stream-len"),
-		minRetention: cmd.Duration("min-retention"), maxBacklog: cmd.Int64("max-backlog"), metricsAddr: cmd.String("metrics-addr"),
+	f := relay.FeedConfig{
+		Feed: cmd.String("feed"), Targets: relay.SplitTargets(cmd.StringSlice("index")), Hidden: cmd.Bool("hidden"),
+		PollInterval: cmd.Duration("poll-interval"), BatchSize: cmd.Int("batch-size"), ReadConcurrency: cmd.Int("read-concurrency"),
+		From: cmd.String("from"), LeaseTTL: cmd.Duration("lease-ttl"), Partitions: cmd.Int("partitions"),
+		Deletes: relay.Deletes{Enabled: cmd.Bool("deletes"), Interval: cmd.Duration("delete-scan-interval"),
+			MaxDeleteFraction: cmd.Float("max-delete-fraction"), Listing: cmd.String("delete-listing"),
+			IndexDeletedEvent: cmd.Bool("index-deleted-event")},
+		Retention: relay.Retention{Trim: cmd.Bool("trim"), TrimInterval: cmd.Duration("trim-interval"), MaxStreamLen: cmd.Int64("max-stream-len"),
+			MinRetention: cmd.Duration("min-retention"), MaxBacklog: cmd.Int64("max-backlog")},
+		Durability: relay.Durability{WaitReplicas: cmd.Int("wait-replicas"), WaitTimeout: cmd.Duration("wait-timeout")},
 	}
+	c := runConfig{metricsAddr: cmd.String("metrics-addr"), feed: f}
 	if err := needs(cmd, "deletes", "delete-scan-interval", "max-delete-fraction", "delete-listing", "index-deleted-event"); err != nil {
 		return c, err
 	}
 	if err := needs(cmd, "trim", "trim-interval", "max-stream-len", "min-retention"); err != nil {
 		return c, err
 	}
-	c.waitReplicas, c.waitTimeout = cmd.Int("wait-replicas"), cmd.Duration("wait-timeout")
-	if c.waitReplicas < 0 {
-		return c, usagef("--wait-replicas %d: want the number of replicas each commit waits for (0: none)", c.waitReplicas)
+	if f.Durability.WaitReplicas < 0 {
+		return c, usagef("--wait-replicas %d: want the number of replicas each commit waits for (0: none)", f.Durability.WaitReplicas)
 	}
-	if cmd.IsSet("wait-timeout") && c.waitReplicas == 0 {
+	if cmd.IsSet("wait-timeout") && f.Durability.WaitReplicas == 0 {
 		return c, usagef("--wait-timeout needs --wait-replicas N (N > 0)")
 	}
 	var err error
 	if c.es, err = clusterConn(cmd, "es", splitList(cmd.StringSlice("es"))); err != nil {
 		return c, err
 	}
-	if c.maxBacklog < 0 || c.maxStreamLen < 1 || c.trimInterval <= 0 || c.minRetention < 0 {
+	if rt := f.Retention; rt.MaxBacklog < 0 || rt.MaxStreamLen < 1 || rt.TrimInterval <= 0 || rt.MinRetention < 0 {
 		return c, usagef("--max-backlog, --max-stream-len, --trim-interval and --min-retention must be positive (--max-backlog 0: never pause)")
 	}
-	if c.maxDeleteFraction <= 0 || c.maxDeleteFraction > 1 {
-		return c, usagef("--max-delete-fraction %g: want a share in (0, 1], e.g. 0.5", c.maxDeleteFraction)
+	if d := f.Deletes.MaxDeleteFraction; d <= 0 || d > 1 {
+		return c, usagef("--max-delete-fraction %g: want a share in (0, 1], e.g. 0.5", d)
 	}
-	switch c.listing {
+	switch f.Deletes.Listing {
 	case "auto":
-		c.listing = es.ListingAuto
+		c.feed.Deletes.Listing = es.ListingAuto
 	case es.ListingPIT, es.ListingScroll:
 	default:
-		return c, usagef("--delete-listing %q: want auto, pit or scroll", c.listing)
+		return c, usagef("--delete-listing %q: want auto, pit or scroll", f.Deletes.Listing)
 	}
-	if len(c.targets) == 0 {
+	if len(f.Targets) == 0 {
 		return c, usagef("no index to follow: pass --index <name, pattern, alias or data stream> (or ESCF_INDEX)")
 	}
-	if err := checkFeed(c.feed); err != nil {
+	if err := checkFeed(f.Feed); err != nil {
 		return c, err
 	}
-	if c.reads < 1 || c.reads > 256 {
-		return c, usagef("--read-concurrency %d: want 1..256", c.reads)
+	if f.ReadConcurrency < 1 || f.ReadConcurrency > 256 {
+		return c, usagef("--read-concurrency %d: want 1..256", f.ReadConcurrency)
 	}
-	if c.batch < 1 || c.batch > 10000 {
-		return c, usagef("--batch-size %d: want 1..10000", c.batch)
+	if f.BatchSize < 1 || f.BatchSize > 10000 {
+		return c, usagef("--batch-size %d: want 1..10000", f.BatchSize)
 	}
-	if c.from != relay.FromBeginning && c.from != relay.FromNow {
-		return c, usagef("--from %q: want beginning or now", c.from)
+	if f.From != relay.FromBeginning && f.From != relay.FromNow {
+		return c, usagef("--from %q: want beginning or now", f.From)
 	}
 	if err := (es.Config{URLs: c.es.URLs}).Validate(); err != nil {
 		return c, usagef("--es: %v", err)
 	}
 	if c.redis, err = redisConfig(cmd, "redis"); err != nil {
 		return c, err
+	}
+	if f.Partitions < 1 || f.Partitions > redisx.MaxPartitions {
+		return c, usagef("--partitions %d: want 1..%d (1: one stream, as without the flag)", f.Partitions, redisx.MaxPartitions)
 	}
 	return c, nil
 }
@@ -174,20 +164,17 @@ func relayAction(ctx context.Context, cmd *cli.Command, resync bool) error {
 	if err != nil {
 		return err
 	}
-	if cfg.partitions, err = parsePartitions(cmd); err != nil {
-		return err
-	}
-	var bar func(done, total int64)
+	cfg.feed.Snapshot.Enabled = resync
 	if resync {
-		bar = progressBar(cmd.Root().ErrWriter, "resync snapshot")
+		cfg.feed.Snapshot.Progress = progressBar(cmd.Root().ErrWriter, "resync snapshot")
 	}
-	return runRelay(ctx, cfg, log, resync, bar)
+	return runFeed(ctx, cfg, log)
 }
 
-// runRelay connects, checks what the user named, and runs the relay until
-// ctx ends. With resync it first rebuilds the feed with a snapshot.
-func runRelay(ctx context.Context, cfg runConfig, log *slog.Logger, resync bool, progress func(done, total int64)) (err error) {
-	keys := redisx.NewKeys(cfg.feed)
+// runFeed connects to Redis and the cluster, checks them, and runs the
+// feed (relay.Feed) until ctx ends.
+func runFeed(ctx context.Context, cfg runConfig, log *slog.Logger) (err error) {
+	keys := redisx.NewKeys(cfg.feed.Feed)
 	// A command Redis refuses for lack of a permission stops the relay:
 	// retrying cannot help.
 	ctx, stop := context.WithCancelCause(ctx)
@@ -219,150 +206,19 @@ func runRelay(ctx context.Context, cfg runConfig, log *slog.Logger, resync bool,
 		return fmt.Errorf("%s: %w", client.URLs(), err)
 	}
 	log.Info("connected to "+info.String(), "cluster", info.ClusterName, "distribution", info.Distribution, "version", info.Version, "urls", client.URLs())
-	if err := redisx.RecordPartitions(pctx, rdb, cfg.feed, cfg.partitions); err != nil {
-		return err
-	}
-	if cfg.partitions > 1 {
-		return runPartitioned(ctx, pctx, cfg, log, rdb, client, resync)
-	}
-	lease, err := redisx.NewLease(redisx.LeaseConfig{Client: rdb, Key: keys.Lease(), TTL: cfg.leaseTTL, Owner: ownerName()})
-	if err != nil {
-		return err
-	}
-	reg := newRegistry(rdb, keys)
-	store, err := checkpoint.New(checkpoint.Config{Client: rdb, Keys: keys, Lease: lease, Metrics: reg,
-		WaitReplicas: cfg.waitReplicas, WaitTimeout: cfg.waitTimeout})
-	if err != nil {
-		return err
-	}
-	if !resync {
-		if err := store.CheckState(pctx); err != nil {
-			return err
-		}
-	}
-	if err := checkTargets(pctx, client, store, cfg, log); err != nil {
-		return err
-	}
-	var scanner *deletes.Scanner
-	if cfg.deletes {
-		scanner, err = deletes.New(deletes.Config{ES: client, Client: rdb, Keys: keys, Store: store,
-			Interval: cfg.scanInterval, MaxDeleteFraction: cfg.maxDeleteFraction, Listing: cfg.listing, Logger: log, Metrics: reg})
-		if err != nil {
-			return usageError{err}
-		}
-	}
-	r, err := relay.New(relay.Config{ES: client, Store: store, Lease: lease, Targets: cfg.targets, Hidden: cfg.hidden,
-		PollInterval: cfg.poll, BatchSize: cfg.batch, ReadConcurrency: cfg.reads, From: cfg.from, Deletes: scanner,
-		IndexDeletedEvent: cfg.indexDeletedEvent, Snapshot: resync, SnapshotProgress: progress, Logger: log, Metrics: reg,
-		Trim: cfg.trim, TrimInterval: cfg.trimInterval, MaxStreamLen: cfg.maxStreamLen, MinRetention: cfg.minRetention,
-		MaxBacklog: cfg.maxBacklog})
+	fc := cfg.feed
+	fc.ES, fc.Redis, fc.Owner, fc.Logger = client, rdb, ownerName(), log
+	reg := newRegistry()
+	fc.Metrics = reg
+	f, err := relay.NewFeed(fc)
 	if err != nil {
 		return usageError{err}
 	}
-	role := func() (bool, string) {
-		if r.Leading() {
-			return true, "leading"
-		}
-		return true, "standby"
-	}
-	ready := func() (bool, string) {
-		switch {
-		case !r.Leading():
-			return false, "standby: another relay leads"
-		case r.Paused():
-			return false, "leading, paused by backpressure"
-		}
-		return true, "leading"
-	}
-	if err := serveOps(ctx, cfg.metricsAddr, reg, rdb, keys, client, role, ready, log); err != nil {
+	if err := serveOps(ctx, cfg.metricsAddr, reg, rdb, keys, client, f.Health, f.Ready, log); err != nil {
 		return err
 	}
-	log.Info("relay starting", "feed", cfg.feed, "stream", keys.Events(), "targets", cfg.targets, "resync", resync)
-	return r.Run(ctx)
-}
-
-// checkTargets resolves every target once: a name that exists nowhere is
-// refused (unless the feed followed an index of that name: it is gone, and
-// the relay emits its end); a pattern that matches nothing yet is a warning;
-// an index whose sequence numbers are disabled is refused. A closed index
-// is skipped with a warning (the relay reads it once it is reopened) —
-// except one named explicitly that the feed never followed: that is almost
-// certainly a mistake, and is refused.
-func checkTargets(ctx context.Context, client *es.Client, store *checkpoint.Store, cfg runConfig, log *slog.Logger) error {
-	var state *checkpoint.State
-	followed := func(match func(checkpoint.IndexInfo) bool) (bool, error) {
-		if state == nil {
-			st, err := store.Load(ctx)
-			if err != nil {
-				return false, err
-			}
-			state = &st
-		}
-		for _, info := range state.Indices {
-			if match(info) {
-				return true, nil
-			}
-		}
-		return false, nil
-	}
-	for _, expr := range cfg.targets {
-		res, err := client.Resolve(ctx, expr, cfg.hidden)
-		if es.IsNotFound(err) {
-			known, lerr := followed(func(info checkpoint.IndexInfo) bool { return info.Target == expr || info.Name == expr })
-			if lerr != nil {
-				return lerr
-			}
-			if known {
-				continue
-			}
-			return fmt.Errorf("--index %q names no index, alias or data stream on %s (%v): check for a typo, or use a pattern such as %q to wait for indices to appear",
-				expr, client.URLs(), err, expr+"*")
-		}
-		if err != nil {
-			return explainES(err, "es", "es", cfg.es)
-		}
-		if len(res.Indices) == 0 {
-			log.Warn("the expression matches no index yet; the relay waits for one", "target", expr)
-		}
-		for _, ix := range res.Indices {
-			if ix.Closed {
-				if namesExplicitly(expr, ix.Name) {
-					known, lerr := followed(func(info checkpoint.IndexInfo) bool { return info.Name == ix.Name })
-					if lerr != nil {
-						return lerr
-					}
-					if !known {
-						return fmt.Errorf("index %s (--index %q) is closed, and a closed index cannot be read: open it (POST /%s/_open), or follow it with a pattern such as %q to wait until it is reopened",
-							ix.Name, expr, ix.Name, ix.Name+"*")
-					}
-				}
-				log.Warn("index is closed: skipping it until it is reopened", "index", ix.Name, "target", expr)
-				continue
-			}
-			settings, err := client.Settings(ctx, ix.Name)
-			if err != nil {
-				return explainES(err, "es", "es", cfg.es)
-			}
-			if settings.SequenceNumbersDisabled {
-				todo := fmt.Sprintf("exclude it (e.g. %q)", expr+",-"+ix.Name)
-				if namesExplicitly(expr, ix.Name) {
-					todo = "remove it from --index"
-				}
-				return fmt.Errorf("index %s (matched by --index %q) has sequence numbers disabled (index.disable_sequence_numbers: true, the default for index.mode columnar in Elasticsearch 9.5): a change feed reads documents by _seq_no and cannot follow it; %s",
-					ix.Name, expr, todo)
-			}
-		}
+	if err := f.Run(ctx); err != nil {
+		return explainES(err, "es", "es", cfg.es)
 	}
 	return nil
-}
-
-// namesExplicitly reports whether an --index expression names the index
-// itself (an element without wildcards), not through a pattern or alias.
-func namesExplicitly(expr, index string) bool {
-	for _, el := range strings.Split(expr, ",") {
-		if el = strings.TrimSpace(el); el == index {
-			return true
-		}
-	}
-	return false
 }

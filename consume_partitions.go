@@ -8,16 +8,15 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/relay"
 )
 
 // readPartitionsFlag is --partitions of consume and status: they read the
@@ -66,24 +65,20 @@ func choosePartitions(cmd *cli.Command, rec redisx.PartitionRecord, feed string,
 	return passed, nil
 }
 
-// consumeRegistry is consume's metrics registry: for one partition the
-// usual one (newRegistry); for more, one stream collector per partition,
+// consumeRegistry is consume's metrics registry (newRegistry) with the
+// feed's stream collector: for more than one partition, one per partition,
 // each with a partition label.
 func consumeRegistry(rdb redis.UniversalClient, feed string, partitions int) *prometheus.Registry {
+	reg := newRegistry()
 	if partitions <= 1 {
-		return newRegistry(rdb, redisx.NewKeys(feed))
+		reg.MustRegister(redisx.NewStreamCollector(rdb, redisx.NewKeys(feed)))
+		return reg
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for p := range partitions {
-		prometheus.WrapRegistererWith(partitionLabel(p), reg).MustRegister(redisx.NewStreamCollector(rdb, redisx.PartitionKeys(feed, p, partitions)))
+		prometheus.WrapRegistererWith(relay.PartitionLabels(p), reg).MustRegister(redisx.NewStreamCollector(rdb, redisx.PartitionKeys(feed, p, partitions)))
 	}
 	return reg
 }
-
-// partitionLabel is the const label of a partition's collectors (run's
-// too).
-func partitionLabel(p int) prometheus.Labels { return prometheus.Labels{"partition": strconv.Itoa(p)} }
 
 // partitionPools builds one pool per partition from cfg (the pool of the
 // whole feed): the same group and consumer name on each partition's
@@ -116,7 +111,7 @@ func partitionPools(cfg redisx.PoolConfig, feed string, partitions int) ([]*redi
 		pc.Keys = redisx.PartitionKeys(feed, p, partitions)
 		pc.Logger = log.With("partition", p)
 		if reg != nil {
-			pc.Metrics = prometheus.WrapRegistererWith(partitionLabel(p), reg)
+			pc.Metrics = prometheus.WrapRegistererWith(relay.PartitionLabels(p), reg)
 		}
 		pool, err := redisx.NewPool(pc)
 		if err != nil {

@@ -19,7 +19,6 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
-	"github.com/es-changefeed/es-changefeed/deletes"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay"
 	"github.com/es-changefeed/es-changefeed/relay/es"
@@ -76,40 +75,32 @@ func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, metricsA
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	keys := redisx.NewKeys("demo")
-	lease, err := redisx.NewLease(redisx.LeaseConfig{Client: rdb, Key: keys.Lease(), Owner: "demo"})
-	if err != nil {
-		return err
-	}
-	reg := newRegistry(rdb, keys)
-	store, err := checkpoint.New(checkpoint.Config{Client: rdb, Keys: keys, Lease: lease, Metrics: reg})
-	if err != nil {
-		return err
-	}
 	client, err := es.New(es.Config{URLs: []string{cluster.URL()}})
 	if err != nil {
 		return err
 	}
-	scanner, err := deletes.New(deletes.Config{ES: client, Client: rdb, Keys: keys, Store: store,
-		Interval: 500 * time.Millisecond, Logger: log, Metrics: reg})
+	reg := newRegistry()
+	f, err := relay.NewFeed(relay.FeedConfig{ES: client, Redis: rdb, Feed: "demo", Targets: []string{demoIndex}, Owner: "demo",
+		PollInterval: 100 * time.Millisecond, BatchSize: 200, Deletes: relay.Deletes{Enabled: true, Interval: 500 * time.Millisecond},
+		Metrics: reg, Logger: log})
 	if err != nil {
 		return err
 	}
-	r, err := relay.New(relay.Config{ES: client, Store: store, Lease: lease, Targets: []string{demoIndex},
-		PollInterval: 100 * time.Millisecond, BatchSize: 200, Deletes: scanner, Logger: log, Metrics: reg})
+	keys := f.Keys(0)
+	// The demo reads the feed's state to tell when it caught up.
+	store, err := checkpoint.New(checkpoint.Config{Client: rdb, Keys: keys})
 	if err != nil {
 		return err
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	alive := func() (bool, string) { return true, "demo" }
-	if err := serveOps(runCtx, metricsAddr, reg, rdb, keys, client, alive, alive, log); err != nil {
+	if err := serveOps(runCtx, metricsAddr, reg, rdb, keys, client, f.Health, f.Ready, log); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
 	relayErr := make(chan error, 1)
 	wg.Add(2)
-	go func() { defer wg.Done(); relayErr <- r.Run(runCtx) }()
+	go func() { defer wg.Done(); relayErr <- f.Run(runCtx) }()
 	printed := make(chan string, 1)
 	var events int
 	go func() {

@@ -76,17 +76,17 @@ func FuzzRunFlags(f *testing.F) {
 			}
 			return
 		}
-		if want := relay.SplitTargets([]string{index}); !reflect.DeepEqual(cfg.targets, want) {
-			t.Fatalf("--index=%q gave targets %q, want %q", index, cfg.targets, want)
+		if want := relay.SplitTargets([]string{index}); !reflect.DeepEqual(cfg.feed.Targets, want) {
+			t.Fatalf("--index=%q gave targets %q, want %q", index, cfg.feed.Targets, want)
 		}
 		if want := splitList([]string{esURL}); !reflect.DeepEqual(cfg.es.URLs, want) {
 			t.Fatalf("--es=%q gave %q, want %q", esURL, cfg.es.URLs, want)
 		}
-		if cfg.redis.URL != redisURL || cfg.feed != feed || redisx.ValidateFeed(cfg.feed) != nil {
-			t.Fatalf("redis %q feed %q, want %q and %q", cfg.redis.URL, cfg.feed, redisURL, feed)
+		if cfg.redis.URL != redisURL || cfg.feed.Feed != feed || redisx.ValidateFeed(cfg.feed.Feed) != nil {
+			t.Fatalf("redis %q feed %q, want %q and %q", cfg.redis.URL, cfg.feed.Feed, redisURL, feed)
 		}
-		if cfg.poll <= 0 {
-			t.Fatalf("--poll-interval=%q accepted as %s", poll, cfg.poll)
+		if cfg.feed.PollInterval <= 0 {
+			t.Fatalf("--poll-interval=%q accepted as %s", poll, cfg.feed.PollInterval)
 		}
 	})
 }

@@ -19,12 +19,11 @@ func metricsFlag() cli.Flag {
 		Sources: cli.EnvVars("ESCF_METRICS_ADDR")}
 }
 
-// newRegistry is the process's Prometheus registry: Go and process
-// collectors and the feed's stream collector.
-func newRegistry(rdb redis.UniversalClient, keys redisx.Keys) *prometheus.Registry {
+// newRegistry is the process's Prometheus registry with the Go and process
+// collectors (a relay.Feed registers the feed's own).
+func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		redisx.NewStreamCollector(rdb, keys))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
 

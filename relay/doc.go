@@ -8,5 +8,13 @@
 //
 // Relay.Run blocks until its context ends: it waits as a standby while
 // another relay holds the lease, leads while it holds it, and releases it on
-// the way out. Subpackage es is the cluster client.
+// the way out. A Relay is run once.
+//
+// Feed is what a program runs: from one FeedConfig (typed sub-configs
+// Retention, Deletes, Snapshot, Durability) it builds each partition's
+// lease, checkpoint.Store, deletes.Scanner and metrics, checks the feed and
+// its targets at start (the target policy, policy.go), and runs one Relay,
+// or for a feed of several partitions a partition.Manager with a fresh Relay
+// for each acquisition of a partition. Subpackage es is the cluster client,
+// partition the manager.
 package relay

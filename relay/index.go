@@ -154,6 +154,7 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) error {
 	}
 	if st.UUID != cur.uuid {
 		cur.dropPending(r)
+		r.m.forgetIndex(name) // a new index of this name starts its series afresh
 		// Every older index of this name ends before the new one begins,
 		// so consumers keyed by name see its deletes before new upserts.
 		if err := r.forgetOthers(ctx, name, st.UUID, cur); err != nil {

@@ -12,6 +12,19 @@ import (
 // metrics are the relay's Prometheus collectors (commits and events are
 // counted by checkpoint.Store, which every commit goes through), registered on the
 // Registerer of its Config (none: they count but nobody scrapes them).
+//
+// The per-shard series are labelled by the concrete index name and the
+// shard number (with a partition label from a Feed's Registerer), never by
+// the index uuid: a re-created index (same name, new uuid) continues the
+// series of its name, whose checkpoint starts again from -1, and a
+// dashboard keeps its query. Its old series are deleted when the new uuid
+// is adopted, so shards the new index does not have do not linger. A
+// rollover's new index is a new name, so new series; the old index's stay
+// while it is followed. A series lives while this relay follows its index:
+// when the index's loop ends (the index was deleted, no longer matches the
+// targets, is refused, or this relay stopped leading) forgetIndex deletes
+// them, so /metrics does not report indices that are gone, nor those
+// another process (or partition holder) now reports.
 type metrics struct {
 	checkpoint   *prometheus.GaugeVec
 	gcp          *prometheus.GaugeVec
@@ -46,6 +59,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}
 	}
 	return m
+}
+
+// forgetIndex deletes the per-shard series of an index.
+func (m *metrics) forgetIndex(name string) {
+	m.checkpoint.DeletePartialMatch(prometheus.Labels{"index": name})
+	m.gcp.DeletePartialMatch(prometheus.Labels{"index": name})
 }
 
 // countError counts a failed round by what failed.

@@ -18,6 +18,10 @@ import (
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
 
+// ErrRanTwice is returned by a second Run of a Relay or a Feed: their
+// state is one run's.
+var ErrRanTwice = errors.New("relay: Run called twice; build a new one")
+
 // Start positions for shards that have no stored checkpoint.
 const (
 	FromBeginning = "beginning"
@@ -33,6 +37,8 @@ const (
 	DefaultReadConcurrency = 8
 	DefaultMinBackoff      = 100 * time.Millisecond
 	DefaultMaxBackoff      = 30 * time.Second
+	DefaultTrimInterval    = 10 * time.Second
+	DefaultMaxStreamLen    = 1_000_000
 	// commitTimeout bounds a commit that runs after shutdown began.
 	commitTimeout = 10 * time.Second
 )
@@ -48,6 +54,11 @@ const (
 	logGCP     = "global_checkpoint"
 	logHolder  = "holder"
 	logBackoff = "retry_in"
+
+	logFeed       = "feed"
+	logTargets    = "targets"
+	logPartition  = "partition"
+	logPartitions = "partitions"
 )
 
 // Config configures a Relay.
@@ -83,10 +94,10 @@ type Config struct {
 	// Trim enables safe retention: every TrimInterval the stream is trimmed
 	// (XTRIM MINID) below the oldest entry some group has not acknowledged.
 	Trim bool
-	// TrimInterval is the period of trimming. Default 10s.
+	// TrimInterval is the period of trimming. Default DefaultTrimInterval.
 	TrimInterval time.Duration
 	// MaxStreamLen bounds the stream when no group exists (with a warning).
-	// Default 1,000,000.
+	// Default DefaultMaxStreamLen.
 	MaxStreamLen int64
 	// MinRetention keeps entries at least this long whatever the groups
 	// acknowledged. Default 0.
@@ -143,6 +154,10 @@ type Config struct {
 	// cannot take the lease at once or loses it, instead of waiting as a
 	// standby: a partition manager decides what to do. Default false.
 	ReturnOnLostLease bool
+
+	// carry, set by a Feed, is what the successive relays of a partition
+	// share: their metrics (registered once) and what this process saw.
+	carry *carry
 }
 
 // Validate names the first bad field.
@@ -213,19 +228,22 @@ func (c Config) withDefaults() Config {
 		c.ProgressInterval = 5 * time.Second
 	}
 	if c.TrimInterval == 0 {
-		c.TrimInterval = 10 * time.Second
+		c.TrimInterval = DefaultTrimInterval
 	}
 	if c.MaxStreamLen == 0 {
-		c.MaxStreamLen = 1_000_000
+		c.MaxStreamLen = DefaultMaxStreamLen
 	}
 	return c
 }
 
-// Relay turns shard sequence numbers into stream entries. Run it once.
+// Relay turns shard sequence numbers into stream entries. Run it once (a
+// second Run returns ErrRanTwice): a Feed gives each acquisition of a
+// partition's lease a fresh Relay.
 type Relay struct {
 	cfg Config
 	log *slog.Logger
 	m   *metrics
+	ran atomic.Bool
 
 	reads     chan struct{} // a slot per shard read in flight (ReadConcurrency)
 	heldMu    sync.Mutex
@@ -277,7 +295,14 @@ func New(cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	r := &Relay{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Metrics), reads: make(chan struct{}, cfg.ReadConcurrency)}
+	r := &Relay{cfg: cfg, log: cfg.Logger, reads: make(chan struct{}, cfg.ReadConcurrency)}
+	if c := cfg.carry; c != nil {
+		c.mu.Lock()
+		r.m, r.sawMeta, r.lost = c.m, c.sawMeta, c.lost
+		c.mu.Unlock()
+	} else {
+		r.m = newMetrics(cfg.Metrics)
+	}
 	r.stats = statsBatcher{r: r, epoch: time.Now(), window: cfg.StatsWindow}
 	r.refreshes = refreshBatcher{window: cfg.StatsWindow}
 	return r, nil
@@ -291,6 +316,10 @@ func New(cfg Config) (*Relay, error) {
 // With ReturnOnLostLease it does not wait: it returns redisx.ErrLeaseLost
 // when the lease is not free (or already its own) or is lost while leading.
 func (r *Relay) Run(ctx context.Context) error {
+	if !r.ran.CompareAndSwap(false, true) {
+		return ErrRanTwice
+	}
+	defer r.handOn()
 	for {
 		if r.cfg.ReturnOnLostLease {
 			ok, err := r.cfg.Lease.TryAcquire(ctx)
@@ -347,6 +376,21 @@ func (r *Relay) Run(ctx context.Context) error {
 		cancel()
 		return err
 	}
+}
+
+// handOn leaves what this relay saw for the next relay of its partition
+// (Config.carry).
+func (r *Relay) handOn() {
+	c := r.cfg.carry
+	if c == nil {
+		return
+	}
+	r.mu.Lock()
+	saw, lost := r.sawMeta, r.lost
+	r.mu.Unlock()
+	c.mu.Lock()
+	c.sawMeta, c.lost = saw, lost
+	c.mu.Unlock()
 }
 
 // acquire waits for the lease, retrying Redis errors with backoff.

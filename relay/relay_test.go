@@ -28,14 +28,20 @@ func TestConfig_ValidatePartitions(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := base
 			tt.mod(&c)
-			err := c.Validate()
-			switch {
-			case tt.wantErr == "" && err != nil:
-				t.Fatalf("Validate() = %v, want nil", err)
-			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-				t.Fatalf("Validate() = %v, want an error containing %q", err, tt.wantErr)
-			}
+			checkValidate(t, c.Validate(), tt.wantErr)
 		})
+	}
+}
+
+// checkValidate fails tb unless err is nil (wantErr "") or contains
+// wantErr.
+func checkValidate(tb testing.TB, err error, wantErr string) {
+	tb.Helper()
+	switch {
+	case wantErr == "" && err != nil:
+		tb.Fatalf("Validate() = %v, want nil", err)
+	case wantErr != "" && (err == nil || !strings.Contains(err.Error(), wantErr)):
+		tb.Fatalf("Validate() = %v, want an error containing %q", err, wantErr)
 	}
 }
 

@@ -34,7 +34,8 @@ type follower struct {
 // targetState remembers what was last said about an expression or an index,
 // so each condition is logged once per change, and the last resolution.
 type targetState struct {
-	said map[string]string
+	said  map[string]string
+	start *startCheck // set for the start-up check (policy.go)
 
 	// sig is the signature of the joined resolution (es.ResolveAll) the
 	// last per-expression answer (want, closed) went with.
@@ -109,6 +110,7 @@ func (r *Relay) followTargets(ctx context.Context) error {
 			fromNow := first && r.cfg.From == FromNow
 			go func(name string) {
 				defer close(f.done)
+				defer r.m.forgetIndex(name) // before done: a new loop's series stay
 				err := r.follow(fctx, name, target, fromNow)
 				switch {
 				case errors.Is(err, ErrUnfollowable):
@@ -174,8 +176,8 @@ func fatalTargetError(err error) bool {
 
 // resolveTargets resolves every expression. It returns the open indices to
 // follow (index -> the first expression naming it) and the closed ones.
-// Expressions that match nothing, or name nothing, are warned about once
-// and waited for.
+// What it does with expressions that name or match nothing and with closed
+// indices is the target policy (policy.go).
 //
 // With several expressions, a round asks once for all of them
 // (joinedResolution) and, if that answer is the one the previous round
@@ -261,9 +263,9 @@ func (r *Relay) resolveEach(ctx context.Context, said *targetState) (map[string]
 		res, err := r.cfg.ES.Resolve(ctx, expr, r.cfg.Hidden)
 		switch {
 		case es.IsNotFound(err):
-			said.once("expr:"+expr, "missing", func() {
-				r.log.Warn("the expression names no index, alias or data stream (a typo?); waiting for it to appear", "target", expr, logErr, err.Error())
-			})
+			if err := r.nameless(ctx, expr, err, said); err != nil {
+				return nil, nil, err
+			}
 			continue
 		case err != nil:
 			return nil, nil, err
@@ -277,8 +279,10 @@ func (r *Relay) resolveEach(ctx context.Context, said *targetState) (map[string]
 		said.once("expr:"+expr, "ok", func() {})
 		for _, ix := range res.Indices {
 			if ix.Closed {
+				if err := r.closedTarget(ctx, expr, ix.Name, said); err != nil {
+					return nil, nil, err
+				}
 				closed[ix.Name] = true
-				r.sayClosed(ix.Name, expr)
 				continue
 			}
 			if _, ok := want[ix.Name]; !ok && !closed[ix.Name] {

@@ -22,8 +22,11 @@ type Worker struct {
 	// Lease is the partition's lease (key redisx.PartitionKeys(feed, p,
 	// P).Lease()). The Manager takes it with TryAcquire before Run.
 	Lease *redisx.Lease
-	// Run follows the partition while the lease is held (a relay.Relay
-	// with ReturnOnLostLease). It returns nil when ctx ends (having
+	// Run follows the partition while the lease is held. It is called
+	// once per acquisition of the lease, so it must be callable again
+	// after it returned: a relay.Relay is run once, so Run builds a fresh
+	// one (with ReturnOnLostLease) each time, as relay.Feed does. It
+	// returns nil when ctx ends (having
 	// released the lease), an error wrapping redisx.ErrLeaseLost when the
 	// lease is lost, and any other error to stop the Manager.
 	Run func(ctx context.Context) error
@@ -44,8 +47,8 @@ type Config struct {
 	// it unique). Default "relay".
 	Owner string
 	// Open returns partition p's Worker. It is called once per partition,
-	// the first time the Manager wants it; the Worker is reused when the
-	// partition is acquired again. Required.
+	// the first time the Manager wants it; the Worker (its Lease, and its
+	// Run called again) serves every later acquisition. Required.
 	Open func(p int) (Worker, error)
 	// Logger receives the manager's logs. Default slog.Default().
 	Logger *slog.Logger

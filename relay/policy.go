@@ -1,0 +1,137 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/es-changefeed/es-changefeed/checkpoint"
+)
+
+// The target policy: what the relay does with what an expression resolves
+// to. It is decided here only, and both the start-up check (checkTargets,
+// which Feed.Run runs before it takes a lease) and the resolver of every
+// round (resolveTargets) apply it, so the two cannot drift apart.
+//
+//   - An expression that names nothing (a concrete name, alias or data
+//     stream that exists nowhere; Elasticsearch 8+ answers 404,
+//     Elasticsearch 7 and OpenSearch an empty resolution, es.Client.Resolve
+//     makes both es.ErrNotFound): at start-up it is refused as a typo,
+//     unless the feed followed an index of that name or under that
+//     expression: that index was deleted while no relay ran, and the relay
+//     ends it (its deletes or index_deleted event). While running (it named
+//     something at start, or the feed had followed it), it is warned about
+//     once and waited for: deleting an index must not stop the feed.
+//   - A pattern that matches nothing: warned about and waited for, at
+//     start-up too (a pattern is how one waits for indices to appear).
+//   - A closed index: skipped with a warning until it is reopened; at
+//     start-up, one the expression names explicitly (not through a
+//     pattern or alias) that the feed never followed is refused: almost
+//     certainly a mistake.
+//   - An index whose sequence numbers are disabled: refused at start-up;
+//     one that appears later is refused by its own loop (logged) while the
+//     others go on.
+
+// startCheck is the start-up side of the policy: what the feed followed,
+// loaded once.
+type startCheck struct {
+	state *checkpoint.State
+}
+
+// followed reports whether the feed's state records an index match
+// accepts. Start-up only (every round has its own loaded state).
+func (r *Relay) followed(ctx context.Context, sc *startCheck, match func(checkpoint.IndexInfo) bool) (bool, error) {
+	if sc.state == nil {
+		st, err := r.cfg.Store.Load(ctx)
+		if err != nil {
+			return false, err
+		}
+		sc.state = &st
+	}
+	for _, info := range sc.state.Indices {
+		if match(info) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// nameless applies the policy to an expression that names nothing
+// (notFound, from es.Client.Resolve): a start-up error, or a warning.
+func (r *Relay) nameless(ctx context.Context, expr string, notFound error, said *targetState) error {
+	if sc := said.start; sc != nil {
+		known, err := r.followed(ctx, sc, func(info checkpoint.IndexInfo) bool { return info.Target == expr || info.Name == expr })
+		if err != nil {
+			return err
+		}
+		if !known {
+			return fmt.Errorf("--index %q names no index, alias or data stream on %s (%v): check for a typo, or use a pattern such as %q to wait for indices to appear",
+				expr, r.cfg.ES.URLs(), notFound, expr+"*")
+		}
+	}
+	said.once("expr:"+expr, "missing", func() {
+		r.log.Warn("the expression names no index, alias or data stream (a typo?); waiting for it to appear", "target", expr, logErr, notFound.Error())
+	})
+	return nil
+}
+
+// closedTarget applies the policy to a closed index an expression matched:
+// a start-up error, or a warning (once) and the index is skipped.
+func (r *Relay) closedTarget(ctx context.Context, expr, name string, said *targetState) error {
+	if sc := said.start; sc != nil && namesExplicitly(expr, name) {
+		known, err := r.followed(ctx, sc, func(info checkpoint.IndexInfo) bool { return info.Name == name })
+		if err != nil {
+			return err
+		}
+		if !known {
+			return fmt.Errorf("index %s (--index %q) is closed, and a closed index cannot be read: open it (POST /%s/_open), or follow it with a pattern such as %q to wait until it is reopened",
+				name, expr, name, name+"*")
+		}
+	}
+	r.sayClosed(name, expr)
+	return nil
+}
+
+// checkTargets resolves the targets once, under the start-up side of the
+// policy, and refuses the indices that cannot be followed. It writes
+// nothing.
+func (r *Relay) checkTargets(ctx context.Context) error {
+	want, _, err := r.resolveTargets(ctx, &targetState{said: map[string]string{}, start: &startCheck{}})
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(want))
+	for name := range want {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		settings, err := r.cfg.ES.Settings(ctx, name)
+		if err != nil {
+			return err
+		}
+		if !settings.SequenceNumbersDisabled {
+			continue
+		}
+		expr := want[name]
+		todo := fmt.Sprintf("exclude it (e.g. %q)", expr+",-"+name)
+		if namesExplicitly(expr, name) {
+			todo = "remove it from --index"
+		}
+		return fmt.Errorf("index %s (matched by --index %q) has sequence numbers disabled (index.disable_sequence_numbers: true, the default for index.mode columnar in Elasticsearch 9.5): a change feed reads documents by _seq_no and cannot follow it; %s",
+			name, expr, todo)
+	}
+	return nil
+}
+
+// namesExplicitly reports whether an expression names the index itself (an
+// element without wildcards), not through a pattern or alias.
+func namesExplicitly(expr, index string) bool {
+	for _, el := range strings.Split(expr, ",") {
+		if el = strings.TrimSpace(el); el == index {
+			return true
+		}
+	}
+	return false
+}
