@@ -178,6 +178,9 @@ type Store struct {
 	// kept for RollbackMemory; forgotten is the highest count dropped.
 	sent      []*sentBatch
 	forgotten int64
+
+	// buffers pools *commitBuffers.
+	buffers sync.Pool
 }
 
 // sentBatch is what one commit delivered, and its value of the commit
@@ -602,7 +605,10 @@ func (s *Store) Commit(ctx context.Context, b Batch) error {
 func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 	k := s.cfg.Keys
 	leaseKey := s.cfg.Lease.Key()
-	var adds []*redis.Cmd
+	var adds []*redis.StringCmd
+	stream := k.Events()
+	bufs := s.getBuffers(len(b.Events))
+	defer s.putBuffers(bufs)
 	var count *redis.IntCmd
 	var waitErr error
 	// Commits of this Store acknowledged before this one began: Redis
@@ -638,19 +644,29 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 		_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			count = p.HIncrBy(ctx, k.Meta(), MetaCommits, 1)
 			adds = adds[:0]
-			for _, e := range b.Events {
-				adds = append(adds, p.Do(ctx, e.XAddArgs(k.Events())...))
+			args := bufs.args[:0]
+			for i := range b.Events {
+				// Each XADD's arguments are a full slice of one buffer for
+				// the batch, pointing at the event's fields.
+				n := len(args)
+				args = b.Events[i].AppendXAddArgs(args, &stream)
+				cmd := redis.NewStringCmd(ctx, args[n:len(args):len(args)]...)
+				_ = p.Process(ctx, cmd)
+				adds = append(adds, cmd)
 			}
+			bufs.args = args
 			for id, docs := range b.Delivered {
 				if len(docs) == 0 {
 					continue
 				}
 				ids := make([]any, len(docs))
 				var routed []any
-				for i, d := range docs {
-					ids[i] = d.ID
-					if d.Routing != "" {
-						routed = append(routed, d.ID, d.Routing)
+				for i := range docs {
+					// Pointers: go-redis writes a *string as its value, and
+					// boxing one allocates nothing.
+					ids[i] = &docs[i].ID
+					if docs[i].Routing != "" {
+						routed = append(routed, &docs[i].ID, &docs[i].Routing)
 					}
 				}
 				p.SAdd(ctx, k.Delivered(id.IndexUUID, id.Shard), ids...)
@@ -753,12 +769,41 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 		return 0, fmt.Errorf("commit %d events to %s: %w", len(b.Events), k.Events(), err)
 	}
 	for i, c := range adds {
-		b.Events[i].StreamID, _ = c.Text()
+		b.Events[i].StreamID = c.Val()
 	}
 	if waitErr != nil {
 		return count.Val(), fmt.Errorf("commit %d events to %s (commit %d): %w", len(b.Events), k.Events(), count.Val(), waitErr)
 	}
 	return count.Val(), nil
+}
+
+// commitBuffers are what one commit reuses from an earlier one: the XADD
+// arguments of its events.
+type commitBuffers struct {
+	args []any
+}
+
+// xaddArgs is the most arguments Event.AppendXAddArgs appends for one
+// event.
+const xaddArgs = 27
+
+func (s *Store) getBuffers(events int) *commitBuffers {
+	bufs, _ := s.buffers.Get().(*commitBuffers)
+	if bufs == nil {
+		bufs = &commitBuffers{}
+	}
+	if need := events * xaddArgs; cap(bufs.args) < need {
+		bufs.args = make([]any, 0, need)
+	}
+	return bufs
+}
+
+// putBuffers returns buffers for the next commit, emptied so that they do
+// not keep this batch's events alive.
+func (s *Store) putBuffers(bufs *commitBuffers) {
+	clear(bufs.args)
+	bufs.args = bufs.args[:0]
+	s.buffers.Put(bufs)
 }
 
 // errTxNotRun: the client returned from Watch without running the
