@@ -410,14 +410,14 @@ func (c *Client) SearchShard(ctx context.Context, p ShardPage) ([]Hit, error) {
 			return &Error{Op: op, Status: 200, Reason: fmt.Sprintf("hit %d (_id %q): %s", i, h.ID, why), Err: ErrMalformed}
 		}
 		switch {
-		case h.SeqNo == nil || h.PrimaryTerm == nil:
+		case !h.SeqNo.Set || !h.PrimaryTerm.Set:
 			return nil, bad("no _seq_no/_primary_term")
-		case h.Version == nil:
+		case !h.Version.Set:
 			return nil, bad("no _version")
-		case *h.SeqNo <= last:
-			return nil, bad(fmt.Sprintf("_seq_no %d is not above %d", *h.SeqNo, last))
-		case *h.SeqNo > p.UpTo:
-			return nil, bad(fmt.Sprintf("_seq_no %d is above the global checkpoint %d", *h.SeqNo, p.UpTo))
+		case h.SeqNo.N <= last:
+			return nil, bad(fmt.Sprintf("_seq_no %d is not above %d", h.SeqNo.N, last))
+		case h.SeqNo.N > p.UpTo:
+			return nil, bad(fmt.Sprintf("_seq_no %d is above the global checkpoint %d", h.SeqNo.N, p.UpTo))
 		case h.Index != p.Index:
 			return nil, bad(fmt.Sprintf("from index %q", h.Index))
 		case len(h.Source) == 0 || string(h.Source) == "null":
@@ -425,8 +425,8 @@ func (c *Client) SearchShard(ctx context.Context, p ShardPage) ([]Hit, error) {
 		case h.ID == "":
 			return nil, bad("no _id")
 		}
-		last = *h.SeqNo
-		hits[i] = Hit{ID: h.ID, Routing: h.Routing, SeqNo: *h.SeqNo, PrimaryTerm: *h.PrimaryTerm, Version: *h.Version, Source: h.Source}
+		last = h.SeqNo.N
+		hits[i] = Hit{ID: h.ID, Routing: h.Routing, SeqNo: h.SeqNo.N, PrimaryTerm: h.PrimaryTerm.N, Version: h.Version.N, Source: h.Source}
 	}
 	return hits, nil
 }
