@@ -605,7 +605,6 @@ func (s *Store) Commit(ctx context.Context, b Batch) error {
 func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 	k := s.cfg.Keys
 	leaseKey := s.cfg.Lease.Key()
-	var adds []*redis.StringCmd
 	stream := k.Events()
 	bufs := s.getBuffers(len(b.Events))
 	defer s.putBuffers(bufs)
@@ -643,18 +642,16 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 		}
 		_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			count = p.HIncrBy(ctx, k.Meta(), MetaCommits, 1)
-			adds = adds[:0]
-			args := bufs.args[:0]
+			args, queued := bufs.args[:0], bufs.cmds[:0]
 			for i := range b.Events {
 				// Each XADD's arguments are a full slice of one buffer for
 				// the batch, pointing at the event's fields.
 				n := len(args)
 				args = b.Events[i].AppendXAddArgs(args, &stream)
-				cmd := redis.NewStringCmd(ctx, args[n:len(args):len(args)]...)
-				_ = p.Process(ctx, cmd)
-				adds = append(adds, cmd)
+				queued = append(queued, redis.NewStringCmd(ctx, args[n:len(args):len(args)]...))
 			}
-			bufs.args = args
+			bufs.args, bufs.cmds = args, queued
+			_ = p.BatchProcess(ctx, queued...) // one append, not one per event
 			for id, docs := range b.Delivered {
 				if len(docs) == 0 {
 					continue
@@ -768,8 +765,8 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 	default:
 		return 0, fmt.Errorf("commit %d events to %s: %w", len(b.Events), k.Events(), err)
 	}
-	for i, c := range adds {
-		b.Events[i].StreamID = c.Val()
+	for i, c := range bufs.cmds {
+		b.Events[i].StreamID = c.(*redis.StringCmd).Val()
 	}
 	if waitErr != nil {
 		return count.Val(), fmt.Errorf("commit %d events to %s (commit %d): %w", len(b.Events), k.Events(), count.Val(), waitErr)
@@ -778,9 +775,10 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 }
 
 // commitBuffers are what one commit reuses from an earlier one: the XADD
-// arguments of its events.
+// arguments of its events and their commands (*redis.StringCmd).
 type commitBuffers struct {
 	args []any
+	cmds []redis.Cmder
 }
 
 // xaddArgs is the most arguments Event.AppendXAddArgs appends for one
@@ -802,7 +800,8 @@ func (s *Store) getBuffers(events int) *commitBuffers {
 // not keep this batch's events alive.
 func (s *Store) putBuffers(bufs *commitBuffers) {
 	clear(bufs.args)
-	bufs.args = bufs.args[:0]
+	clear(bufs.cmds)
+	bufs.args, bufs.cmds = bufs.args[:0], bufs.cmds[:0]
 	s.buffers.Put(bufs)
 }
 

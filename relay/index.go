@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -382,8 +383,15 @@ func (r *Relay) readShards(ctx context.Context, name string, cur *cursor, reads 
 func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard int, cp, gcp int64, primary es.ShardCheckpoints) error {
 	id := checkpoint.ShardID{IndexUUID: cur.uuid, Shard: shard}
 	after := cp
+	// The hits and events of one page at a time, reused by the next (the
+	// store keeps neither after Commit); emptied after each commit so
+	// that they do not keep the page's body alive.
+	var hits []es.Hit
+	var events []redisx.Event
+	defer func() { clear(hits); clear(events) }()
 	for {
-		hits, err := cur.ec.SearchShard(ctx, es.ShardPage{Index: name, Shard: shard, After: after, UpTo: gcp, Size: r.cfg.BatchSize})
+		var err error
+		hits, err = cur.ec.SearchShard(ctx, es.ShardPage{Index: name, Shard: shard, After: after, UpTo: gcp, Size: r.cfg.BatchSize, Reuse: hits})
 		if err != nil {
 			return err
 		}
@@ -394,8 +402,9 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 		if len(hits) == r.cfg.BatchSize && hits[len(hits)-1].SeqNo < gcp {
 			next = hits[len(hits)-1].SeqNo
 		}
+		events = slices.Grow(events[:0], len(hits))[:len(hits)]
 		batch := checkpoint.Batch{
-			Events:      make([]redisx.Event, len(hits)),
+			Events:      events,
 			Checkpoints: map[checkpoint.ShardID]int64{id: next},
 		}
 		cur.mu.Lock()
@@ -418,7 +427,10 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 		if gap > 0 {
 			batch.Gaps = map[checkpoint.ShardID]int64{id: gap}
 		}
-		if err := r.commit(ctx, batch); err != nil {
+		err = r.commit(ctx, batch)
+		clear(hits)
+		clear(events)
+		if err != nil {
 			return err
 		}
 		r.m.checkpoint.WithLabelValues(name, strconv.Itoa(shard)).Set(float64(next))

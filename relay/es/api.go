@@ -354,6 +354,10 @@ type ShardPage struct {
 	After int64
 	UpTo  int64
 	Size  int
+	// Reuse, when its capacity holds the page, is where SearchShard puts
+	// the hits (its contents are overwritten): a reader of many pages
+	// passes the previous page's hits. Default nil: a new slice.
+	Reuse []Hit
 }
 
 // SearchShard returns the next page of a shard's documents in _seq_no
@@ -403,7 +407,11 @@ func (c *Client) SearchShard(ctx context.Context, p ShardPage) ([]Hit, error) {
 	if len(r.Hits) > p.Size {
 		return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("%d hits for size %d", len(r.Hits), p.Size), Err: ErrMalformed}
 	}
-	hits := make([]Hit, len(r.Hits))
+	hits := p.Reuse[:0]
+	if cap(hits) < len(r.Hits) {
+		hits = make([]Hit, 0, len(r.Hits))
+	}
+	hits = hits[:len(r.Hits)]
 	last := p.After
 	for i, h := range r.Hits {
 		bad := func(why string) error {
