@@ -383,18 +383,16 @@ func (r *Relay) readShards(ctx context.Context, name string, cur *cursor, reads 
 func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard int, cp, gcp int64, primary es.ShardCheckpoints) error {
 	id := checkpoint.ShardID{IndexUUID: cur.uuid, Shard: shard}
 	after := cp
-	// The hits and events of one page at a time, reused by the next (the
-	// store keeps neither after Commit); emptied after each commit so
-	// that they do not keep the page's body alive.
-	var hits []es.Hit
+	// One page's response, hits and events at a time, their memory
+	// reused by the next page: the store keeps none of them after Commit
+	// (the delivered ids it remembers are strings of their own).
+	var page es.Page
 	var events []redisx.Event
-	defer func() { clear(hits); clear(events) }()
 	for {
-		var err error
-		hits, err = cur.ec.SearchShard(ctx, es.ShardPage{Index: name, Shard: shard, After: after, UpTo: gcp, Size: r.cfg.BatchSize, Reuse: hits})
-		if err != nil {
+		if err := cur.ec.ReadPage(ctx, es.ShardPage{Index: name, Shard: shard, After: after, UpTo: gcp, Size: r.cfg.BatchSize}, &page); err != nil {
 			return err
 		}
+		hits := page.Hits
 		if err := r.settle(ctx, cur.ec, name, shard, primary); err != nil {
 			return err
 		}
@@ -427,8 +425,7 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 		if gap > 0 {
 			batch.Gaps = map[checkpoint.ShardID]int64{id: gap}
 		}
-		err = r.commit(ctx, batch)
-		clear(hits)
+		err := r.commit(ctx, batch)
 		clear(events)
 		if err != nil {
 			return err

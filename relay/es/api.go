@@ -354,10 +354,21 @@ type ShardPage struct {
 	After int64
 	UpTo  int64
 	Size  int
-	// Reuse, when its capacity holds the page, is where SearchShard puts
-	// the hits (its contents are overwritten): a reader of many pages
-	// passes the previous page's hits. Default nil: a new slice.
-	Reuse []Hit
+}
+
+// Page is one page of a shard's hits and the response they were read
+// from: the hits' sources are slices of it. ReadPage into the same Page
+// reuses both for the next page, overwriting the previous hits.
+type Page struct {
+	Hits []Hit
+	body []byte
+}
+
+// Clear empties the page's hits, keeping its memory for the next
+// ReadPage; the response stays until then.
+func (pg *Page) Clear() {
+	clear(pg.Hits)
+	pg.Hits = pg.Hits[:0]
 }
 
 // SearchShard returns the next page of a shard's documents in _seq_no
@@ -366,6 +377,28 @@ type ShardPage struct {
 // failed shard, a timeout, more than the one shard asked for, or a hit out of
 // range or order is an error.
 func (c *Client) SearchShard(ctx context.Context, p ShardPage) ([]Hit, error) {
+	var pg Page
+	if err := c.ReadPage(ctx, p, &pg); err != nil {
+		return nil, err
+	}
+	return pg.Hits, nil
+}
+
+// ReadPage is SearchShard into pg, reusing its memory: a reader of many
+// pages of a shard passes the same Page, once it is done with the
+// previous page's hits. On error pg holds no hits.
+func (c *Client) ReadPage(ctx context.Context, p ShardPage, pg *Page) error {
+	pg.Clear()
+	hits, err := c.readPage(ctx, p, pg)
+	pg.Hits = hits
+	if err != nil {
+		// The error may quote the response: it must not be overwritten.
+		pg.Hits, pg.body = nil, nil
+	}
+	return err
+}
+
+func (c *Client) readPage(ctx context.Context, p ShardPage, pg *Page) ([]Hit, error) {
 	op := fmt.Sprintf("search shard %d of %s", p.Shard, p.Index)
 	body := map[string]any{
 		"query":               map[string]any{"range": map[string]any{"_seq_no": map[string]any{"gt": p.After, "lte": p.UpTo}}},
@@ -380,7 +413,8 @@ func (c *Client) SearchShard(ctx context.Context, p ShardPage) ([]Hit, error) {
 	}
 	path := "/" + url.PathEscape(p.Index) + "/_search?preference=_shards:" + strconv.Itoa(p.Shard)
 	// A buffer of the page's own: the hits' sources are slices of it.
-	data, status, err := c.read(ctx, op, http.MethodPost, path, body, nil)
+	data, status, err := c.read(ctx, op, http.MethodPost, path, body, pg.body[:0])
+	pg.body = data
 	if err != nil {
 		return nil, err
 	}
@@ -407,7 +441,7 @@ func (c *Client) SearchShard(ctx context.Context, p ShardPage) ([]Hit, error) {
 	if len(r.Hits) > p.Size {
 		return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("%d hits for size %d", len(r.Hits), p.Size), Err: ErrMalformed}
 	}
-	hits := p.Reuse[:0]
+	hits := pg.Hits[:0]
 	if cap(hits) < len(r.Hits) {
 		hits = make([]Hit, 0, len(r.Hits))
 	}
