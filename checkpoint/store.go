@@ -557,6 +557,9 @@ func parseShardField(f string) (ShardID, bool) {
 // and the error wraps ErrRolledBack. Any other error leaves it unknown
 // whether the batch was written: the caller must Load again before
 // retrying, never resend. On success the events' StreamID fields are set.
+// Commit keeps no reference to b.Events once it returns (the caller may
+// reuse the slice and what its events point to); b.Delivered it keeps for
+// Rebase, for Config.RollbackMemory.
 //
 // The lease's own renewal (PEXPIRE) also aborts a watched transaction; such
 // an abort wrote nothing, so Commit checks the owner again and retries.
