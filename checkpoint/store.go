@@ -178,6 +178,9 @@ type Store struct {
 	// kept for RollbackMemory; forgotten is the highest count dropped.
 	sent      []*sentBatch
 	forgotten int64
+
+	// buffers pools *commitBuffers.
+	buffers sync.Pool
 }
 
 // sentBatch is what one commit delivered, and its value of the commit
@@ -554,6 +557,9 @@ func parseShardField(f string) (ShardID, bool) {
 // and the error wraps ErrRolledBack. Any other error leaves it unknown
 // whether the batch was written: the caller must Load again before
 // retrying, never resend. On success the events' StreamID fields are set.
+// Commit keeps no reference to b.Events once it returns (the caller may
+// reuse the slice and what its events point to); b.Delivered it keeps for
+// Rebase, for Config.RollbackMemory.
 //
 // The lease's own renewal (PEXPIRE) also aborts a watched transaction; such
 // an abort wrote nothing, so Commit checks the owner again and retries.
@@ -602,7 +608,9 @@ func (s *Store) Commit(ctx context.Context, b Batch) error {
 func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 	k := s.cfg.Keys
 	leaseKey := s.cfg.Lease.Key()
-	var adds []*redis.Cmd
+	stream := k.Events()
+	bufs := s.getBuffers(len(b.Events))
+	defer s.putBuffers(bufs)
 	var count *redis.IntCmd
 	var waitErr error
 	// Commits of this Store acknowledged before this one began: Redis
@@ -637,20 +645,28 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 		}
 		_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			count = p.HIncrBy(ctx, k.Meta(), MetaCommits, 1)
-			adds = adds[:0]
-			for _, e := range b.Events {
-				adds = append(adds, p.Do(ctx, e.XAddArgs(k.Events())...))
+			args, queued := bufs.args[:0], bufs.cmds[:0]
+			for i := range b.Events {
+				// Each XADD's arguments are a full slice of one buffer for
+				// the batch, pointing at the event's fields.
+				n := len(args)
+				args = b.Events[i].AppendXAddArgs(args, &stream)
+				queued = append(queued, redis.NewStringCmd(ctx, args[n:len(args):len(args)]...))
 			}
+			bufs.args, bufs.cmds = args, queued
+			_ = p.BatchProcess(ctx, queued...) // one append, not one per event
 			for id, docs := range b.Delivered {
 				if len(docs) == 0 {
 					continue
 				}
 				ids := make([]any, len(docs))
 				var routed []any
-				for i, d := range docs {
-					ids[i] = d.ID
-					if d.Routing != "" {
-						routed = append(routed, d.ID, d.Routing)
+				for i := range docs {
+					// Pointers: go-redis writes a *string as its value, and
+					// boxing one allocates nothing.
+					ids[i] = &docs[i].ID
+					if docs[i].Routing != "" {
+						routed = append(routed, &docs[i].ID, &docs[i].Routing)
 					}
 				}
 				p.SAdd(ctx, k.Delivered(id.IndexUUID, id.Shard), ids...)
@@ -752,13 +768,44 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 	default:
 		return 0, fmt.Errorf("commit %d events to %s: %w", len(b.Events), k.Events(), err)
 	}
-	for i, c := range adds {
-		b.Events[i].StreamID, _ = c.Text()
+	for i, c := range bufs.cmds {
+		b.Events[i].StreamID = c.(*redis.StringCmd).Val()
 	}
 	if waitErr != nil {
 		return count.Val(), fmt.Errorf("commit %d events to %s (commit %d): %w", len(b.Events), k.Events(), count.Val(), waitErr)
 	}
 	return count.Val(), nil
+}
+
+// commitBuffers are what one commit reuses from an earlier one: the XADD
+// arguments of its events and their commands (*redis.StringCmd).
+type commitBuffers struct {
+	args []any
+	cmds []redis.Cmder
+}
+
+// xaddArgs is the most arguments Event.AppendXAddArgs appends for one
+// event.
+const xaddArgs = 27
+
+func (s *Store) getBuffers(events int) *commitBuffers {
+	bufs, _ := s.buffers.Get().(*commitBuffers)
+	if bufs == nil {
+		bufs = &commitBuffers{}
+	}
+	if need := events * xaddArgs; cap(bufs.args) < need {
+		bufs.args = make([]any, 0, need)
+	}
+	return bufs
+}
+
+// putBuffers returns buffers for the next commit, emptied so that they do
+// not keep this batch's events alive.
+func (s *Store) putBuffers(bufs *commitBuffers) {
+	clear(bufs.args)
+	clear(bufs.cmds)
+	bufs.args, bufs.cmds = bufs.args[:0], bufs.cmds[:0]
+	s.buffers.Put(bufs)
 }
 
 // errTxNotRun: the client returned from Watch without running the

@@ -71,39 +71,60 @@ type Event struct {
 // ErrBadEntry wraps every reason a stream entry cannot be decoded.
 var ErrBadEntry = errors.New("malformed change-feed entry")
 
-// Values returns the event as XADD field/value pairs, in contract order.
+// Values returns the event as XADD field/value pairs, in contract order,
+// every value a string.
 func (e Event) Values() []any {
-	return e.appendFields(make([]any, 0, 22), false)
+	v := e.appendFields(make([]any, 0, 22))
+	for i, a := range v {
+		switch a := a.(type) {
+		case *string:
+			v[i] = *a
+		case *int:
+			v[i] = strconv.Itoa(*a)
+		case *int64:
+			v[i] = strconv.FormatInt(*a, 10)
+		case *sourceArg:
+			v[i] = string(*a)
+		}
+	}
+	return v
 }
 
 // XAddArgs returns the command XADD stream * with the fields of Values,
-// in the same order with the same values, as arguments for Do: one
-// allocation for the list, and the source passed as bytes (the same bytes
-// on the wire, not copied into a string).
+// in the same order with the same bytes on the wire, as arguments for Do
+// (AppendXAddArgs on a copy of e).
 func (e Event) XAddArgs(stream string) []any {
-	return e.appendFields(append(make([]any, 0, 25), "xadd", stream, "*"), true)
+	return e.AppendXAddArgs(make([]any, 0, 27), &stream)
 }
 
-func (e Event) appendFields(v []any, sourceBytes bool) []any {
-	v = append(v, "op", e.Op.boxed(), "index", e.Index, "index_uuid", e.IndexUUID)
+// AppendXAddArgs appends the command XADD *stream * with the fields of
+// Values (same order, same bytes on the wire) to args, for Do or
+// redis.NewStringCmd, and returns the extended slice. Nothing is copied:
+// strings and numbers are passed as pointers to e's fields (go-redis
+// writes a *string, *int or *int64 as its value) and the source as its
+// bytes, so neither e nor *stream may change until the command is written.
+// It allocates nothing when args has room (27 arguments at most; a
+// snapshot_end's counts are marshalled).
+func (e *Event) AppendXAddArgs(args []any, stream *string) []any {
+	return e.appendFields(append(args, "xadd", stream, "*"))
+}
+
+// appendFields appends the stream fields in contract order, values as
+// pointers into e (see AppendXAddArgs); Values resolves them to strings.
+func (e *Event) appendFields(v []any) []any {
+	v = append(v, "op", e.Op.boxed(), "index", &e.Index, "index_uuid", &e.IndexUUID)
 	if e.Op.document() {
-		v = append(v, "shard", strconv.Itoa(e.Shard), "id", e.ID)
+		v = append(v, "shard", &e.Shard, "id", &e.ID)
 		if e.Routing != "" {
-			v = append(v, "routing", e.Routing)
+			v = append(v, "routing", &e.Routing)
 		}
-		v = append(v, "seq_no", strconv.FormatInt(e.SeqNo, 10),
-			"primary_term", strconv.FormatInt(e.PrimaryTerm, 10),
-			"version", strconv.FormatInt(e.Version, 10))
+		v = append(v, "seq_no", &e.SeqNo, "primary_term", &e.PrimaryTerm, "version", &e.Version)
 	}
 	if e.Op == OpUpsert || len(e.Source) > 0 {
-		if sourceBytes {
-			v = append(v, "source", []byte(e.Source))
-		} else {
-			v = append(v, "source", string(e.Source))
-		}
+		v = append(v, "source", (*sourceArg)(&e.Source))
 	}
 	if e.Target != "" {
-		v = append(v, "target", e.Target)
+		v = append(v, "target", &e.Target)
 	}
 	if e.Counts != nil {
 		c, _ := json.Marshal(e.Counts)
@@ -111,6 +132,14 @@ func (e Event) appendFields(v []any, sourceBytes bool) []any {
 	}
 	return v
 }
+
+// sourceArg passes an event's source to go-redis as its bytes: a pointer
+// to it boxes without allocating, and go-redis writes what MarshalBinary
+// returns, the same bytes as string(source).
+type sourceArg json.RawMessage
+
+// MarshalBinary returns the source itself, not a copy.
+func (s *sourceArg) MarshalBinary() ([]byte, error) { return *s, nil }
 
 // boxed is the op as an interface value, without an allocation for the
 // known ops.

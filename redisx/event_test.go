@@ -1,11 +1,15 @@
 package redisx
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
 
 func TestEvent_MarshalJSON_SeedLine(t *testing.T) {
@@ -163,25 +167,87 @@ func FuzzParseEvent(f *testing.F) {
 	})
 }
 
+// TestEvent_XAddArgs writes events with XAddArgs and AppendXAddArgs to a
+// real redis-server and reads the entries back in order: the fields and
+// bytes must be the contract's, the same as Values.
 func TestEvent_XAddArgs(t *testing.T) {
-	for _, e := range []Event{
-		{Op: OpUpsert, Index: "i", IndexUUID: "u", Shard: 3, ID: "d", Routing: "r", SeqNo: 0, PrimaryTerm: 4, Version: 9, Source: json.RawMessage(`{"a":"é"}`), Target: "t"},
-		{Op: OpDelete, Index: "i", IndexUUID: "u", Shard: 1, ID: "d", SeqNo: 5},
-		{Op: OpSnapshotEnd, Counts: map[string]int64{"i": 2}},
-	} {
-		got := e.XAddArgs("s")
-		want := append([]any{"xadd", "s", "*"}, e.Values()...)
-		if len(got) != len(want) {
-			t.Fatalf("%s: %d args, want %d", e.Op, len(got), len(want))
-		}
-		for i := range want {
-			g := got[i]
-			if b, ok := g.([]byte); ok {
-				g = string(b)
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		e    Event
+		want []string
+	}{
+		{
+			name: "upsert with routing and target",
+			e: Event{Op: OpUpsert, Index: "i", IndexUUID: "u", Shard: 3, ID: "d", Routing: "r", SeqNo: 0, PrimaryTerm: 4, Version: 9,
+				Source: json.RawMessage(`{"a":"é"}`), Target: "t"},
+			want: []string{"op", "upsert", "index", "i", "index_uuid", "u", "shard", "3", "id", "d", "routing", "r",
+				"seq_no", "0", "primary_term", "4", "version", "9", "source", `{"a":"é"}`, "target", "t"},
+		},
+		{
+			name: "extreme numbers, bytes that are not text",
+			e: Event{Op: OpUpsert, Index: "i", IndexUUID: "u", Shard: -1, ID: "a\x00b\r\n", SeqNo: -9223372036854775808,
+				PrimaryTerm: 9223372036854775807, Version: 1, Source: json.RawMessage("not json \xff")},
+			want: []string{"op", "upsert", "index", "i", "index_uuid", "u", "shard", "-1", "id", "a\x00b\r\n",
+				"seq_no", "-9223372036854775808", "primary_term", "9223372036854775807", "version", "1", "source", "not json \xff"},
+		},
+		{
+			name: "upsert without a source",
+			e:    Event{Op: OpUpsert, Index: "i", IndexUUID: "u", Shard: 0, ID: "d", SeqNo: 1},
+			want: []string{"op", "upsert", "index", "i", "index_uuid", "u", "shard", "0", "id", "d",
+				"seq_no", "1", "primary_term", "0", "version", "0", "source", ""},
+		},
+		{
+			name: "delete",
+			e:    Event{Op: OpDelete, Index: "i", IndexUUID: "u", Shard: 1, ID: "d", SeqNo: 5},
+			want: []string{"op", "delete", "index", "i", "index_uuid", "u", "shard", "1", "id", "d",
+				"seq_no", "5", "primary_term", "0", "version", "0"},
+		},
+		{
+			name: "snapshot end",
+			e:    Event{Op: OpSnapshotEnd, Counts: map[string]int64{"i": 2}, Target: "i*"},
+			want: []string{"op", "snapshot_end", "index", "", "index_uuid", "", "target", "i*", "counts", `{"i":2}`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.e.Values(); fmt.Sprintf("%q", got) != fmt.Sprintf("%q", tt.want) {
+				t.Errorf("Values = %q\nwant %q", got, tt.want)
 			}
-			if g != want[i] {
-				t.Errorf("%s: arg %d = %q, want %q", e.Op, i, got[i], want[i])
+			stream := "s:" + tt.name
+			e := tt.e
+			if err := rdb.Do(ctx, e.XAddArgs(stream)...).Err(); err != nil {
+				t.Fatal(err)
 			}
-		}
+			if err := rdb.Do(ctx, e.AppendXAddArgs(nil, &stream)...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: e.Values()}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			raw, err := rdb.Do(ctx, "XRANGE", stream, "-", "+").Slice()
+			if err != nil || len(raw) != 3 {
+				t.Fatalf("XRANGE: %d entries, %v", len(raw), err)
+			}
+			for i, entry := range raw {
+				got := fmt.Sprintf("%q", entry.([]any)[1])
+				if want := fmt.Sprintf("%q", tt.want); got != want {
+					t.Errorf("entry %d (XAddArgs, AppendXAddArgs, Values) holds\n%s\nwant %s", i, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestEvent_AppendXAddArgs_NoAllocation: the commit builds each event's
+// arguments in a reused buffer without allocating.
+func TestEvent_AppendXAddArgs_NoAllocation(t *testing.T) {
+	e := Event{Op: OpUpsert, Index: "i", IndexUUID: "u", Shard: 3, ID: "d", Routing: "r", SeqNo: 1000, PrimaryTerm: 4, Version: 900,
+		Source: json.RawMessage(`{"a":1}`), Target: "t"}
+	stream := "s"
+	buf := make([]any, 0, 27)
+	if n := testing.AllocsPerRun(100, func() { buf = e.AppendXAddArgs(buf[:0], &stream) }); n != 0 {
+		t.Errorf("AppendXAddArgs: %v allocations, want 0", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -434,16 +435,22 @@ type page struct {
 // request of its own.
 func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard int, cp, gcp int64, primary es.ShardCheckpoints) error {
 	after := cp
+	// One page's response, hits and events at a time, their memory
+	// reused by the next page: the store keeps none of them after Commit
+	// (the delivered ids it remembers are strings of their own).
+	var resp es.Page
+	var events []redisx.Event
 	for {
-		hits, err := cur.ec.SearchShard(ctx, es.ShardPage{Index: name, Shard: shard, After: after, UpTo: gcp, Size: r.cfg.BatchSize})
-		if err != nil {
+		if err := cur.ec.ReadPage(ctx, es.ShardPage{Index: name, Shard: shard, After: after, UpTo: gcp, Size: r.cfg.BatchSize}, &resp); err != nil {
 			return err
 		}
+		hits := resp.Hits
 		pg := &page{shard: shard, after: after, next: gcp, hits: hits, primary: primary, target: -1, since: time.Now()}
 		if len(hits) == r.cfg.BatchSize && hits[len(hits)-1].SeqNo < gcp {
 			pg.next = hits[len(hits)-1].SeqNo
 		}
 		if pg.next == gcp && r.hold(pg.size()) {
+			// resp is this page's from now on: no later page reuses it.
 			cur.mu.Lock()
 			if cur.pending == nil {
 				cur.pending = map[int]*page{}
@@ -455,7 +462,7 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 		if err := r.settle(ctx, cur.ec, name, shard, primary); err != nil {
 			return err
 		}
-		if err := r.commitPage(ctx, name, cur, pg); err != nil {
+		if err := r.commitPage(ctx, name, cur, pg, &events); err != nil {
 			return err
 		}
 		if pg.next == gcp {
@@ -466,12 +473,22 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 }
 
 // commitPage commits a settled page: its events, delivered ids, gap count
-// and the shard's new checkpoint in one transaction.
-func (r *Relay) commitPage(ctx context.Context, name string, cur *cursor, pg *page) error {
+// and the shard's new checkpoint in one transaction. The events are built
+// in *scratch (reused by the next page of a shard read; nil: a new slice):
+// the store keeps none of them after Commit.
+func (r *Relay) commitPage(ctx context.Context, name string, cur *cursor, pg *page, scratch *[]redisx.Event) error {
 	shard, hits := pg.shard, pg.hits
 	id := checkpoint.ShardID{IndexUUID: cur.uuid, Shard: shard}
+	var events []redisx.Event
+	if scratch != nil {
+		*scratch = slices.Grow((*scratch)[:0], len(hits))
+		events = (*scratch)[:len(hits)]
+		defer clear(events) // keep no page alive
+	} else {
+		events = make([]redisx.Event, len(hits))
+	}
 	batch := checkpoint.Batch{
-		Events:      make([]redisx.Event, len(hits)),
+		Events:      events,
 		Checkpoints: map[checkpoint.ShardID]int64{id: pg.next},
 	}
 	cur.mu.Lock()
@@ -542,7 +559,7 @@ func (r *Relay) settlePending(ctx context.Context, name string, st es.IndexStats
 			pg.target = sc.MaxSeqNo
 		}
 		if ok && sc.GlobalCheckpoint >= pg.target && pg.target >= 0 {
-			if err := r.commitPage(ctx, name, cur, pg); err != nil {
+			if err := r.commitPage(ctx, name, cur, pg, nil); err != nil {
 				return err
 			}
 			cur.release(r, shard)

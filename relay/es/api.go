@@ -422,12 +422,49 @@ type ShardPage struct {
 	Size  int
 }
 
+// Page is one page of a shard's hits and the response they were read
+// from: the hits' sources are slices of it. ReadPage into the same Page
+// reuses both for the next page, overwriting the previous hits.
+type Page struct {
+	Hits []Hit
+	body []byte
+}
+
+// Clear empties the page's hits, keeping its memory for the next
+// ReadPage; the response stays until then.
+func (pg *Page) Clear() {
+	clear(pg.Hits)
+	pg.Hits = pg.Hits[:0]
+}
+
 // SearchShard returns the next page of a shard's documents in _seq_no
 // order: range (After, UpTo], sorted by _seq_no, paged by search_after,
 // with _seq_no, _primary_term and _version. Any response that reports a
 // failed shard, a timeout, more than the one shard asked for, or a hit out of
 // range or order is an error.
 func (c *Client) SearchShard(ctx context.Context, p ShardPage) ([]Hit, error) {
+	var pg Page
+	if err := c.ReadPage(ctx, p, &pg); err != nil {
+		return nil, err
+	}
+	return pg.Hits, nil
+}
+
+// ReadPage is SearchShard into pg, reusing its memory: a reader of many
+// pages of a shard passes the same Page, once it is done with the
+// previous page's hits. On error pg holds no hits.
+func (c *Client) ReadPage(ctx context.Context, p ShardPage, pg *Page) error {
+	pg.Clear()
+	hits, err := c.readPage(ctx, p, pg)
+	pg.Hits = hits
+	if err != nil {
+		// The error may quote the response: it must not be overwritten.
+		pg.Hits, pg.body = nil, nil
+	}
+	return err
+}
+
+func (c *Client) readPage(ctx context.Context, p ShardPage, pg *Page) ([]Hit, error) {
 	op := fmt.Sprintf("search shard %d of %s", p.Shard, p.Index)
 	body := map[string]any{
 		"query":               map[string]any{"range": map[string]any{"_seq_no": map[string]any{"gt": p.After, "lte": p.UpTo}}},
@@ -442,7 +479,8 @@ func (c *Client) SearchShard(ctx context.Context, p ShardPage) ([]Hit, error) {
 	}
 	path := "/" + url.PathEscape(p.Index) + "/_search?preference=_shards:" + strconv.Itoa(p.Shard)
 	// A buffer of the page's own: the hits' sources are slices of it.
-	data, status, err := c.read(ctx, op, http.MethodPost, path, body, nil)
+	data, status, err := c.read(ctx, op, http.MethodPost, path, body, pg.body[:0])
+	pg.body = data
 	if err != nil {
 		return nil, err
 	}
@@ -469,21 +507,25 @@ func (c *Client) SearchShard(ctx context.Context, p ShardPage) ([]Hit, error) {
 	if len(r.Hits) > p.Size {
 		return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("%d hits for size %d", len(r.Hits), p.Size), Err: ErrMalformed}
 	}
-	hits := make([]Hit, len(r.Hits))
+	hits := pg.Hits[:0]
+	if cap(hits) < len(r.Hits) {
+		hits = make([]Hit, 0, len(r.Hits))
+	}
+	hits = hits[:len(r.Hits)]
 	last := p.After
 	for i, h := range r.Hits {
 		bad := func(why string) error {
 			return &Error{Op: op, Status: 200, Reason: fmt.Sprintf("hit %d (_id %q): %s", i, h.ID, why), Err: ErrMalformed}
 		}
 		switch {
-		case h.SeqNo == nil || h.PrimaryTerm == nil:
+		case !h.SeqNo.Set || !h.PrimaryTerm.Set:
 			return nil, bad("no _seq_no/_primary_term")
-		case h.Version == nil:
+		case !h.Version.Set:
 			return nil, bad("no _version")
-		case *h.SeqNo <= last:
-			return nil, bad(fmt.Sprintf("_seq_no %d is not above %d", *h.SeqNo, last))
-		case *h.SeqNo > p.UpTo:
-			return nil, bad(fmt.Sprintf("_seq_no %d is above the global checkpoint %d", *h.SeqNo, p.UpTo))
+		case h.SeqNo.N <= last:
+			return nil, bad(fmt.Sprintf("_seq_no %d is not above %d", h.SeqNo.N, last))
+		case h.SeqNo.N > p.UpTo:
+			return nil, bad(fmt.Sprintf("_seq_no %d is above the global checkpoint %d", h.SeqNo.N, p.UpTo))
 		case h.Index != p.Index:
 			return nil, bad(fmt.Sprintf("from index %q", h.Index))
 		case len(h.Source) == 0 || string(h.Source) == "null":
@@ -491,8 +533,8 @@ func (c *Client) SearchShard(ctx context.Context, p ShardPage) ([]Hit, error) {
 		case h.ID == "":
 			return nil, bad("no _id")
 		}
-		last = *h.SeqNo
-		hits[i] = Hit{ID: h.ID, Routing: h.Routing, SeqNo: *h.SeqNo, PrimaryTerm: *h.PrimaryTerm, Version: *h.Version, Source: h.Source}
+		last = h.SeqNo.N
+		hits[i] = Hit{ID: h.ID, Routing: h.Routing, SeqNo: h.SeqNo.N, PrimaryTerm: h.PrimaryTerm.N, Version: h.Version.N, Source: h.Source}
 	}
 	return hits, nil
 }

@@ -82,6 +82,48 @@ func TestClient_SearchShard_RefusesPartialOrOddAnswers(t *testing.T) {
 	})
 }
 
+// TestClient_ReadPage_ReusesThePage: pages read into one Page come out
+// whole, the second in the first's memory; a refused page leaves none.
+func TestClient_ReadPage_ReusesThePage(t *testing.T) {
+	bodies := []string{
+		`{"timed_out":false,` + okShards + `,"hits":{"hits":[` + hit("a", 5) + `,` + hit("b", 6) + `]}}`,
+		`{"timed_out":false,` + okShards + `,"hits":{"hits":[` + hit("c", 7) + `]}}`,
+		`{"timed_out":false,` + okShards + `,"hits":{"hits":[` + hit("d", 3) + `]}}`,
+	}
+	n := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(bodies[n]))
+		n++
+	}))
+	t.Cleanup(srv.Close)
+	c, err := New(Config{URLs: []string{srv.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var pg Page
+	if err := c.ReadPage(ctx, ShardPage{Index: "i", After: 4, UpTo: 9, Size: 2}, &pg); err != nil {
+		t.Fatal(err)
+	}
+	if len(pg.Hits) != 2 || pg.Hits[1].ID != "b" {
+		t.Fatalf("page 1: %+v", pg.Hits)
+	}
+	first := &pg.Hits[0]
+	if err := c.ReadPage(ctx, ShardPage{Index: "i", After: 6, UpTo: 9, Size: 2}, &pg); err != nil {
+		t.Fatal(err)
+	}
+	if len(pg.Hits) != 1 || pg.Hits[0].ID != "c" || pg.Hits[0].SeqNo != 7 || string(pg.Hits[0].Source) != `{"a":1}` {
+		t.Fatalf("page 2: %+v", pg.Hits)
+	}
+	if &pg.Hits[0] != first {
+		t.Error("page 2 did not reuse page 1's hits")
+	}
+	if err := c.ReadPage(ctx, ShardPage{Index: "i", After: 7, UpTo: 9, Size: 2}, &pg); !errors.Is(err, ErrMalformed) || pg.Hits != nil {
+		t.Fatalf("page 3 (below the cursor): %v, %d hits", err, len(pg.Hits))
+	}
+}
+
 func TestClient_Errors(t *testing.T) {
 	tests := []struct {
 		name      string

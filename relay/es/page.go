@@ -29,11 +29,18 @@ type searchResponse struct {
 	Hits     []rawHit
 }
 
-// rawHit is one hit as sent; a nil number was absent or null.
+// rawHit is one hit as sent.
 type rawHit struct {
 	Index, ID, Routing          string
-	SeqNo, PrimaryTerm, Version *int64
+	SeqNo, PrimaryTerm, Version optInt
 	Source                      []byte
+}
+
+// optInt is a number of a hit; Set is false when it was absent or null. (A
+// value, not an *int64: a pointer per number was three allocations a hit.)
+type optInt struct {
+	N   int64
+	Set bool
 }
 
 // maxDepth is encoding/json's nesting limit.
@@ -44,6 +51,8 @@ var errSyntax = errors.New("invalid JSON")
 type scanner struct {
 	b []byte
 	i int
+	// index is the last _index of a hit read.
+	index string
 }
 
 func (s *scanner) errorf(format string, args ...any) error {
@@ -51,14 +60,11 @@ func (s *scanner) errorf(format string, args ...any) error {
 }
 
 func (s *scanner) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
+	b, i := s.b, s.i
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
 	}
+	s.i = i
 }
 
 // peek returns the next non-space byte (0 at the end).
@@ -147,6 +153,14 @@ func (s *scanner) rawString() (raw []byte, plain bool, err error) {
 	start := s.i
 	plain = true
 	for s.i < len(s.b) {
+		b, i := s.b, s.i // locals: the loop keeps them in registers
+		for i < len(b) && plainByte[b[i]] {
+			i++
+		}
+		s.i = i
+		if s.i == len(s.b) {
+			break
+		}
 		c := s.b[s.i]
 		switch {
 		case c == '"':
@@ -187,12 +201,25 @@ func (s *scanner) rawString() (raw []byte, plain bool, err error) {
 	return nil, false, s.errorf("unterminated string")
 }
 
+// plainByte marks the bytes a string holds as they are: printable ASCII
+// but the quote and the backslash.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // str consumes a string or null ("") and returns its value.
-func (s *scanner) str() (string, error) {
+func (s *scanner) str() (string, error) { return s.strLike("") }
+
+// strLike is str, but returns prev itself, without allocating, when the
+// string is prev: the hits of a page all name the same index.
+func (s *scanner) strLike(prev string) (string, error) {
 	if s.null() {
 		return "", nil
 	}
@@ -202,6 +229,9 @@ func (s *scanner) str() (string, error) {
 		return "", err
 	}
 	if plain {
+		if string(raw) == prev {
+			return prev, nil
+		}
 		return string(raw), nil
 	}
 	var v string // escapes, non-ASCII (invalid UTF-8 becomes U+FFFD)
@@ -264,19 +294,45 @@ func (s *scanner) digits() int {
 
 // int consumes an integer or null (nil). A fraction, an exponent or a
 // value beyond int64 is an error, as with encoding/json into an int64.
-func (s *scanner) int() (*int64, error) {
+func (s *scanner) int() (optInt, error) {
 	if s.null() {
-		return nil, nil
+		return optInt{}, nil
 	}
 	text, err := s.number()
 	if err != nil {
-		return nil, err
+		return optInt{}, err
+	}
+	if n, ok := smallInt(text); ok {
+		return optInt{N: n, Set: true}, nil
 	}
 	n, err := strconv.ParseInt(string(text), 10, 64)
 	if err != nil {
-		return nil, fmt.Errorf("number %s: not an int64", text)
+		return optInt{}, fmt.Errorf("number %s: not an int64", text)
 	}
-	return &n, nil
+	return optInt{N: n, Set: true}, nil
+}
+
+// smallInt is the value of a JSON number (as number returns it) of at
+// most 18 digits, no fraction and no exponent, which cannot overflow; ok is
+// false for anything else (strconv.ParseInt decides).
+func smallInt(text []byte) (n int64, ok bool) {
+	digits := text
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 18 {
+		return 0, false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if len(digits) < len(text) {
+		n = -n
+	}
+	return n, true
 }
 
 // boolean consumes true, false or null (false).
@@ -397,12 +453,28 @@ func hitField(key []byte) string {
 			return f
 		}
 	}
+	if lowerASCII(key) {
+		// The fields are lowercase ASCII: only an uppercase or a
+		// non-ASCII byte (the Kelvin sign folds to k, ſ to s) can fold
+		// to one of them.
+		return ""
+	}
 	for _, f := range hitFields {
 		if len(key) >= len(f) && bytes.EqualFold(key, []byte(f)) {
 			return f
 		}
 	}
 	return ""
+}
+
+// lowerASCII reports whether b has no uppercase and no non-ASCII byte.
+func lowerASCII(b []byte) bool {
+	for _, c := range b {
+		if c >= 0x80 || 'A' <= c && c <= 'Z' {
+			return false
+		}
+	}
+	return true
 }
 
 // hit reads one hit object (or null: an empty hit).
@@ -418,10 +490,14 @@ func (s *scanner) hit(h *rawHit) error {
 				return nil // as encoding/json: null leaves a string as it was
 			}
 			var v string
-			v, err = s.str()
+			if hitField(key) == "_index" {
+				v, err = s.strLike(s.index)
+			} else {
+				v, err = s.str()
+			}
 			switch hitField(key) {
 			case "_index":
-				h.Index = v
+				h.Index, s.index = v, v
 			case "_id":
 				h.ID = v
 			default:

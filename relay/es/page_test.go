@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -47,12 +48,21 @@ func refParseSearch(data []byte) (searchResponse, error) {
 			}
 		}
 		var h rawHit
+		var seq, term, version *int64
 		for key, dst := range map[string]any{"_index": &h.Index, "_id": &h.ID, "_routing": &h.Routing,
-			"_seq_no": &h.SeqNo, "_primary_term": &h.PrimaryTerm, "_version": &h.Version} {
+			"_seq_no": &seq, "_primary_term": &term, "_version": &version} {
 			if v, ok := m[key]; ok {
 				if err := json.Unmarshal(v, dst); err != nil {
 					return r, err
 				}
+			}
+		}
+		for _, n := range []struct {
+			src *int64
+			dst *optInt
+		}{{seq, &h.SeqNo}, {term, &h.PrimaryTerm}, {version, &h.Version}} {
+			if n.src != nil {
+				*n.dst = optInt{N: *n.src, Set: true}
 			}
 		}
 		if v := m["_source"]; v != nil && string(v) != "null" {
@@ -102,6 +112,9 @@ var searchSeeds = []string{
 	`{"timed_out":true,"_shards":{"total":1,"successful":0,"skipped":0,"failed":1,"failures":[{"shard":0,"index":"i","reason":{"type":"t","reason":"r"}}]},"hits":{"hits":[]}}`,
 	`{"hits":{"hits":[{"_id":"é","_seq_no":9223372036854775807,"_primary_term":-0,"_version":1,"_source":  [ ]  }]}}`,
 	`{"hits":{"hits":[{"_id":"x","_seq_no":9223372036854775808}]}}`,
+	`{"hits":{"hits":[{"_id":"x","_seq_no":-9223372036854775808,"_primary_term":-1,"_version":999999999999999999}]}}`,
+	`{"hits":{"hits":[{"_id":"x","_seq_no":-9223372036854775809,"_version":1000000000000000000}]}}`,
+	`{"hits":{"hits":[{"_id":"x","_seq_no":-0,"_version":1e3,"_primary_term":0}]}}`,
 	`{"hits":{"hits":[{"_id":"x","_seq_no":1.0}]}}`,
 	`{"hits":{"hits":[{"_id":"x","_seq_no":"1"}]}}`,
 	`{"hits":{"hits":[null,{"_id":null,"_source":null}]}}`,
@@ -122,4 +135,32 @@ func FuzzParseSearch(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) { checkParseSearch(t, data) })
+}
+
+// BenchmarkParseSearch parses a page of 1,000 hits shaped like the
+// benchmarks' (~110-byte sources), per hit.
+func BenchmarkParseSearch(b *testing.B) {
+	var page strings.Builder
+	page.WriteString(`{"took":2,"timed_out":false,"_shards":{"total":1,"successful":1,"skipped":0,"failed":0},"hits":{"max_score":null,"hits":[`)
+	for i := range 1000 {
+		if i > 0 {
+			page.WriteByte(',')
+		}
+		fmt.Fprintf(&page, `{"_index":"bench-docs","_id":"d%d","_version":1,"_seq_no":%d,"_primary_term":1,"_score":null,`+
+			`"_source":{"n":%d,"customer":"customer-%d","note":"a note of moderate length to make the source realistic"},"sort":[%d]}`,
+			i, 40000+i, i, i%97, 40000+i)
+	}
+	page.WriteString(`]}}`)
+	data := []byte(page.String())
+	var hits []rawHit
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r, err := parseSearch(data, hits)
+		if err != nil || len(r.Hits) != 1000 {
+			b.Fatal(err, len(r.Hits))
+		}
+		hits = r.Hits
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/hit")
 }
