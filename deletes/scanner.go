@@ -354,8 +354,10 @@ func (s *Scanner) findGone(ctx context.Context, ec *es.Client, sh Shard, sc0 es.
 	scratch := k.Scan(sh.UUID, sh.Shard)
 	rdb := s.cfg.Client
 	aborted := func(format string, args ...any) error {
-		log.Warn("delete scan aborted; it runs again next round", "reason", fmt.Sprintf(format, args...))
-		return fmt.Errorf("%w: shard %d of %s: %s", ErrAborted, sh.Shard, sh.Index, fmt.Sprintf(format, args...))
+		// The reason wraps what format's %w name (es.ErrPrimaryChanged).
+		reason := fmt.Errorf(format, args...)
+		log.Warn("delete scan aborted; it runs again next round", "reason", reason.Error())
+		return fmt.Errorf("%w: shard %d of %s: %w", ErrAborted, sh.Shard, sh.Index, reason)
 	}
 	if err := rdb.Del(ctx, scratch).Err(); err != nil {
 		return nil, false, aborted("clear scratch set: %v", err)
@@ -385,8 +387,11 @@ func (s *Scanner) findGone(ctx context.Context, ec *es.Client, sh Shard, sc0 es.
 		return nil, false, aborted("%v", err)
 	}
 	sc1, ok := mid[sh.Index].Shard(sh.Shard)
-	if !ok || !sc1.SamePrimary(sc0) || sc1.GlobalCheckpoint < sh.Checkpoint {
-		return nil, false, aborted("the shard's primary changed during the listing (term %d on node %s, then %d on %s)", sc0.PrimaryTerm, sc0.Node, sc1.PrimaryTerm, sc1.Node)
+	if !ok || !sc1.SamePrimary(sc0) {
+		return nil, false, aborted("%w during the listing (term %d on node %s, then %d on %s)", es.ErrPrimaryChanged, sc0.PrimaryTerm, sc0.Node, sc1.PrimaryTerm, sc1.Node)
+	}
+	if sc1.GlobalCheckpoint < sh.Checkpoint {
+		return nil, false, aborted("the cluster's view of the shard (global checkpoint %d) is older than the feed's checkpoint %d after the listing", sc1.GlobalCheckpoint, sh.Checkpoint)
 	}
 	// With no write during the listing, the counts taken around it and the
 	// listing must agree exactly.
@@ -426,47 +431,28 @@ func (s *Scanner) findGone(ctx context.Context, ec *es.Client, sh Shard, sc0 es.
 	// Everything the re-check saw must be at or below the global
 	// checkpoint: only then can no failover undo the deletes it saw.
 	if err := s.waitDurable(ctx, ec, sh, sc0); err != nil {
-		return nil, false, aborted("%v", err)
+		return nil, false, aborted("%w", err)
 	}
 	sort.Strings(gone)
 	return gone, keepGap, nil
 }
 
 // waitDurable waits until the primary's global checkpoint reaches the max
-// seq no it had right after the re-check, under the same primary.
+// seq no it had right after the re-check, under the same primary: the
+// relay's settle rule (es.Settle), so a primary on another node, with a new
+// term or a new history is es.ErrPrimaryChanged.
 func (s *Scanner) waitDurable(ctx context.Context, ec *es.Client, sh Shard, primary es.ShardCheckpoints) error {
-	st, err := ec.Stats(ctx, []string{sh.Index})
-	if err != nil {
-		return err
-	}
-	sc, ok := st[sh.Index].Shard(sh.Shard)
-	if !ok {
-		return errors.New("the shard's primary is not started")
-	}
-	target := sc.MaxSeqNo
-	deadline := time.Now().Add(s.cfg.DurableWait)
-	for {
-		if !sc.SamePrimary(primary) {
-			return fmt.Errorf("the shard's primary changed during the scan (term %d on node %s, then %d on %s)", primary.PrimaryTerm, primary.Node, sc.PrimaryTerm, sc.Node)
+	return es.Settle(ctx, sh.Index, sh.Shard, primary, s.cfg.DurableWait, func() (es.ShardCheckpoints, error) {
+		st, err := ec.Stats(ctx, []string{sh.Index})
+		if err != nil {
+			return es.ShardCheckpoints{}, err
 		}
-		if sc.GlobalCheckpoint >= target {
-			return nil
+		sc, ok := st[sh.Index].Shard(sh.Shard)
+		if !ok {
+			return sc, errors.New("the shard's primary is not started")
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the global checkpoint stayed at %d below %d for %s", sc.GlobalCheckpoint, target, s.cfg.DurableWait)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-		if st, err = ec.Stats(ctx, []string{sh.Index}); err != nil {
-			return err
-		}
-		if sc, ok = st[sh.Index].Shard(sh.Shard); !ok {
-			return errors.New("the shard's primary is not started")
-		}
-	}
+		return sc, nil
+	})
 }
 
 // commit emits one delete per gone id (stamped with the checkpoint), removes
