@@ -16,7 +16,7 @@ import (
 // TestDeliveredLayout_Memory measures, with a real redis-server, the bytes
 // per delivered id of today's layout (one set per shard, plus the routing
 // hash when every id is routed) and of the per-seq-range hashes issue #17
-// proposes (one hash per K seq nos of a shard, field id -> seq no offset in
+// proposes (with or without the shard's counts hash, field range -> ids) (one hash per K seq nos of a shard, field id -> seq no offset in
 // the range, listpack-encoded under the default hash-max-listpack-entries
 // 128 and -value 64). It logs two figures per layout: MEMORY USAGE summed
 // over the layout's keys (SAMPLES 0), and the growth of INFO used_memory,
@@ -44,6 +44,8 @@ func TestDeliveredLayout_Memory(t *testing.T) {
 		routed  bool  // every id has a 10-character routing value
 		// absolute stores the seq no itself, not its offset in the range.
 		absolute bool
+		// counts adds the shard's counts hash: field range -> ids in it.
+		counts bool
 	}
 	layouts := []layout{
 		{name: "set", density: 1},
@@ -54,6 +56,8 @@ func TestDeliveredLayout_Memory(t *testing.T) {
 		{name: "ranges_K128_density_0.5", density: 0.5, k: 128},
 		{name: "ranges_K128_density_0.1", density: 0.1, k: 128},
 		{name: "ranges_K128+routing_in_value", density: 1, k: 128, routed: true},
+		{name: "ranges_K128+counts_hash", density: 1, k: 128, counts: true},
+		{name: "ranges_K64+counts_hash", density: 1, k: 64, counts: true},
 	}
 	for _, n := range []int{20_000, 1_000_000} {
 		ids := randomIDs(n)
@@ -63,7 +67,7 @@ func TestDeliveredLayout_Memory(t *testing.T) {
 					t.Fatal(err)
 				}
 				before := usedMemory(t, rdb)
-				written := writeLayout(t, rdb, keys, uuid, shard, ids, l.k, l.density, l.routed, l.absolute)
+				written := writeLayout(t, rdb, keys, uuid, shard, ids, l.k, l.density, l.routed, l.absolute, l.counts)
 				after := usedMemory(t, rdb)
 				var usage int64
 				for start := 0; start < len(written); start += 10_000 {
@@ -79,7 +83,11 @@ func TestDeliveredLayout_Memory(t *testing.T) {
 						usage += c.Val()
 					}
 				}
-				enc, err := rdb.ObjectEncoding(ctx, written[len(written)-1]).Result()
+				probe := written[0] // a range hash or today's set, not the counts hash
+				if strings.HasSuffix(probe, ":counts") {
+					probe = written[1]
+				}
+				enc, err := rdb.ObjectEncoding(ctx, probe).Result()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -95,7 +103,7 @@ func TestDeliveredLayout_Memory(t *testing.T) {
 
 // writeLayout writes ids in one layout and returns the keys it wrote. Id i
 // is at seq no i/density.
-func writeLayout(tb testing.TB, rdb *redis.Client, keys redisx.Keys, uuid string, shard int, ids []string, k int64, density float64, routed, absolute bool) []string {
+func writeLayout(tb testing.TB, rdb *redis.Client, keys redisx.Keys, uuid string, shard int, ids []string, k int64, density float64, routed, absolute, counts bool) []string {
 	tb.Helper()
 	ctx := context.Background()
 	set, routing := keys.Delivered(uuid, shard), keys.Routing(uuid, shard)
@@ -130,6 +138,14 @@ func writeLayout(tb testing.TB, rdb *redis.Client, keys redisx.Keys, uuid string
 					v = strconv.FormatInt(seq-rng*k, 10) + " " + r
 				}
 				pipe.HSet(ctx, key, id, v)
+				if counts {
+					pipe.HIncrBy(ctx, set+":counts", strconv.FormatInt(rng, 10), 1)
+					pipe.HIncrBy(ctx, set+":counts", "total", 1)
+					if !written[set+":counts"] {
+						written[set+":counts"] = true
+						order = append(order, set+":counts")
+					}
+				}
 			}
 			if !written[key] {
 				written[key] = true
