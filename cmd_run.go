@@ -46,7 +46,7 @@ func relayFlags() []cli.Flag {
 		&cli.StringFlag{Name: "feed", Value: "default", Usage: "feed name: the Redis keys are escf:{<feed>}:…", Sources: cli.EnvVars("ESCF_FEED")},
 		&cli.StringSliceFlag{Name: "index", Usage: "index, pattern (logs-*,-logs-debug*), alias or data stream to follow (repeatable, comma-separated)", Sources: cli.EnvVars("ESCF_INDEX")},
 		&cli.BoolFlag{Name: "hidden", Usage: "let wildcards match hidden indices too", Sources: cli.EnvVars("ESCF_HIDDEN")},
-		&cli.DurationFlag{Name: "poll-interval", Value: relay.DefaultPollInterval, Usage: "pause after a round that found nothing, and the least time between two refreshes forced on an index", Sources: cli.EnvVars("ESCF_POLL_INTERVAL"), Validator: positiveDuration("poll-interval")},
+		&cli.DurationFlag{Name: "poll-interval", Value: relay.DefaultPollInterval, Usage: "the poll tick: followed indices are looked at on shared ticks this far apart, with at most one forced refresh per index and tick", Sources: cli.EnvVars("ESCF_POLL_INTERVAL"), Validator: positiveDuration("poll-interval")},
 		&cli.IntFlag{Name: "read-concurrency", Value: relay.DefaultReadConcurrency, Usage: "shards read at once, over every followed index (1..256; each shard's pages stay in order)", Sources: cli.EnvVars("ESCF_READ_CONCURRENCY")},
 		&cli.IntFlag{Name: "batch-size", Value: relay.DefaultBatchSize, Usage: "search page size = most events per commit (1..10000)", Sources: cli.EnvVars("ESCF_BATCH_SIZE")},
 		&cli.StringFlag{Name: "from", Value: relay.FromBeginning, Usage: "start of shards without a checkpoint: beginning or now", Sources: cli.EnvVars("ESCF_FROM")},

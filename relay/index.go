@@ -44,6 +44,7 @@ type cursor struct {
 	pending     map[int]*page
 	readTo      map[int]bool // shards whose checkpoint this loop read up to (committed a window's last page)
 	deferred    bool         // the last round left shards that moved for the next tick
+	late        bool         // this round began to settle held pages, not on a tick
 	settleTries int          // rounds that found pending pages unsettled in a row
 
 	// mu guards cps, gaps, histories, state and prog while the round's
@@ -99,7 +100,7 @@ func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) e
 		}
 		if err != nil {
 			r.m.countError(err)
-			cur.loaded = false
+			cur.loaded, cur.late = false, false // the retry reads again
 			d := b.next()
 			b.report(log, "round failed; retrying", err, d)
 			if !sleep(ctx, d) {
@@ -118,6 +119,7 @@ func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) e
 				return nil
 			}
 			cur.settleTries++
+			cur.late = true
 			continue
 		}
 		// Everything read is committed: the next round is the next poll
@@ -126,6 +128,7 @@ func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) e
 		if !r.stats.nextTick(ctx) {
 			return nil
 		}
+		cur.late = false
 	}
 }
 
@@ -206,7 +209,10 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) error {
 	// a minute, 13× the index's own). What moved since is read at the next
 	// tick, with the other indices' (one refresh request between them).
 	tick := r.stats.tick() + 1
-	cur.deferred = len(todo) > 0 && (cur.refreshed == tick || r.paused.Load())
+	// Only a round that began on a tick reads (a round settling held pages
+	// does not, even when a new tick began meanwhile): the indices' rounds
+	// then refresh together, in one request.
+	cur.deferred = len(todo) > 0 && (cur.refreshed == tick || cur.late || r.paused.Load())
 	if cur.deferred {
 		todo = nil
 	}

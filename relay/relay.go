@@ -106,9 +106,10 @@ type Config struct {
 	// group lags by more than this many entries (the cursor is durable: the
 	// cluster is the buffer).
 	MaxBacklog int64
-	// PollInterval is the pause after a round that found nothing new, and
-	// the least time between two refreshes the relay forces on an index.
-	// Default 1s.
+	// PollInterval is the poll tick: the rounds of every followed index
+	// start on ticks this far apart, shared by the whole relay (their
+	// stats, resolutions and refreshes are joined), and an index gets at
+	// most one forced refresh per tick. Default 1s.
 	PollInterval time.Duration
 	// ReadConcurrency is how many shards are read at once, across and
 	// within indices (each shard's pages in order, each page committed

@@ -90,7 +90,7 @@ func BenchmarkRelay_IdleRequests(b *testing.B) {
 }
 
 // TestRelay_BusyRequestsJoined: 10 indices of 4 shards, every shard written
-// all the time. Each poll the indices that moved share one _refresh, and
+// all the time (poll 1 s). Each poll the indices that moved share one _refresh, and
 // the pages are settled by the stats of each index's next round (read
 // together with the other indices' when they coincide) instead of a stats
 // request per page: per poll at most 2 refreshes (a margin for a tick
@@ -109,7 +109,7 @@ func TestRelay_BusyRequestsJoined(t *testing.T) {
 		names = append(names, name)
 	}
 	srv := redistest.Start(t)
-	const poll = 500 * time.Millisecond
+	const poll = time.Second // the default; under load (-race, a JVM on 2 cores) shorter ticks are not kept
 	f := startRelay(t, counted, srv.URL(), "busy", []string{c.Index("busy-*")}, func(cfg *relay.Config) { cfg.PollInterval = poll })
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -132,7 +132,7 @@ func TestRelay_BusyRequestsJoined(t *testing.T) {
 	}()
 	time.Sleep(3 * poll)
 	q0 := counter.RequestCounts()
-	const window = 5 * time.Second
+	const window = 6 * time.Second
 	time.Sleep(window)
 	q1 := counter.RequestCounts()
 	close(stop)
@@ -142,8 +142,8 @@ func TestRelay_BusyRequestsJoined(t *testing.T) {
 	perPoll := func(kind string) float64 { return float64(q1[kind]-q0[kind]) / polls }
 	refresh, stats, search := perPoll(esemu.KindRefresh), perPoll(esemu.KindStats), perPoll(esemu.KindSearch)
 	t.Logf("%d busy indices of 4 shards, per poll: %.1f refresh, %.1f stats, %.1f searches (pages)", n, refresh, stats, search)
-	if search < 2*n {
-		t.Fatalf("%.1f searches per poll: the indices were not busy (want most shards read each poll)", search)
+	if search < n {
+		t.Fatalf("%.1f searches per poll: the indices were not busy (want each index read each poll)", search)
 	}
 	if refresh > 2 || stats >= search*3/4 {
 		t.Fatalf("per poll %.1f refreshes and %.1f stats for %.1f pages of %d busy indices; want at most 2 refreshes and fewer stats than 3/4 of the pages",
