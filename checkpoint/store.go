@@ -36,10 +36,12 @@ type IndexInfo struct {
 	ClusterUUID string `json:"cluster_uuid,omitempty"`
 }
 
-// Doc is a delivered document's identity within its shard.
+// Doc is a delivered document's identity within its shard, and the seq
+// no it was delivered at.
 type Doc struct {
 	ID      string
 	Routing string
+	SeqNo   int64
 }
 
 // State is the durable cursor of a feed.
@@ -76,15 +78,19 @@ type Batch struct {
 	// Histories are set (HSET): the history_uuid of the shards the batch
 	// read.
 	Histories map[ShardID]string
-	// Delivered documents are added to each shard's delivered set (SADD),
-	// and their custom routing to its routing hash.
+	// Delivered documents are recorded in their shard's delivered range
+	// of their seq no (redisx.Keys.DeliveredRange), with their routing.
 	Delivered map[ShardID][]Doc
-	// Removed ids leave each shard's delivered set and routing hash.
-	Removed map[ShardID][]string
+	// Removed documents leave the delivered range of their seq no.
+	Removed map[ShardID][]Doc
+	// LegacyRemoved ids leave each shard's delivered set and routing hash
+	// of the layout before ranges (redisx.Keys.Delivered).
+	LegacyRemoved map[ShardID][]string
 	// Indices are recorded (HSET) by uuid.
 	Indices map[string]IndexInfo
 	// ForgetShards drop all state of shards: checkpoint and gap fields,
-	// delivered set, routing hash.
+	// delivered ranges and counts, and a set and routing hash of the layout
+	// before ranges.
 	ForgetShards []ShardID
 	// ForgetIndices drop index records by uuid.
 	ForgetIndices []string
@@ -99,7 +105,7 @@ type Batch struct {
 
 func (b Batch) empty() bool {
 	return len(b.Events) == 0 && len(b.Checkpoints) == 0 && len(b.Gaps) == 0 && len(b.Origins) == 0 && len(b.Histories) == 0 && len(b.Delivered) == 0 &&
-		len(b.Removed) == 0 && len(b.Indices) == 0 && len(b.ForgetShards) == 0 && len(b.ForgetIndices) == 0 &&
+		len(b.Removed) == 0 && len(b.LegacyRemoved) == 0 && len(b.Indices) == 0 && len(b.ForgetShards) == 0 && len(b.ForgetIndices) == 0 &&
 		len(b.DropKeys) == 0 && len(b.Meta) == 0 && len(b.Generations) == 0
 }
 
@@ -659,24 +665,22 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 				if len(docs) == 0 {
 					continue
 				}
-				ids := make([]any, len(docs))
-				var routed []any
-				for i := range docs {
-					// Pointers: go-redis writes a *string as its value, and
-					// boxing one allocates nothing.
-					ids[i] = &docs[i].ID
-					if docs[i].Routing != "" {
-						routed = append(routed, &docs[i].ID, &docs[i].Routing)
-					}
-				}
-				p.SAdd(ctx, k.Delivered(id.IndexUUID, id.Shard), ids...)
-				if len(routed) > 0 {
-					p.HSet(ctx, k.Routing(id.IndexUUID, id.Shard), routed...)
+				keys, args := rangeScriptArgs(k, id, docs, true)
+				recordRanges.Eval(ctx, p, keys, args...)
+			}
+			for id, docs := range b.Removed {
+				if len(docs) > 0 {
+					keys, args := rangeScriptArgs(k, id, docs, false)
+					removeRanges.Eval(ctx, p, keys, args...)
 				}
 			}
-			for id, ids := range b.Removed {
+			for id, ids := range b.LegacyRemoved {
 				if len(ids) > 0 {
-					p.SRem(ctx, k.Delivered(id.IndexUUID, id.Shard), toAny(ids)...)
+					args := make([]any, len(ids))
+					for i := range ids {
+						args[i] = ids[i]
+					}
+					p.SRem(ctx, k.Delivered(id.IndexUUID, id.Shard), args...)
 					p.HDel(ctx, k.Routing(id.IndexUUID, id.Shard), ids...)
 				}
 			}
@@ -703,6 +707,7 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 				p.HDel(ctx, k.Checkpoints(), id.String(), redisx.GapField(id.IndexUUID, id.Shard), redisx.OriginField(id.IndexUUID, id.Shard), id.String()+"/at",
 					redisx.HistoryField(id.IndexUUID, id.Shard))
 				p.Del(ctx, k.Delivered(id.IndexUUID, id.Shard), k.Routing(id.IndexUUID, id.Shard), k.Scan(id.IndexUUID, id.Shard))
+				dropRanges.Eval(ctx, p, []string{k.DeliveredCounts(id.IndexUUID, id.Shard)}, k.DeliveredRangePrefix(id.IndexUUID, id.Shard))
 			}
 			if len(b.ForgetIndices) > 0 {
 				p.HDel(ctx, k.Indices(), b.ForgetIndices...)
@@ -811,11 +816,3 @@ func (s *Store) putBuffers(bufs *commitBuffers) {
 // errTxNotRun: the client returned from Watch without running the
 // transaction.
 var errTxNotRun = errors.New("the transaction was not run (Redis Cluster kept redirecting the WATCH; a failover may be under way)")
-
-func toAny(ss []string) []any {
-	out := make([]any, len(ss))
-	for i, s := range ss {
-		out[i] = s
-	}
-	return out
-}

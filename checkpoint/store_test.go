@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -51,7 +52,7 @@ func TestStore_CommitThenLoad(t *testing.T) {
 	b := checkpoint.Batch{
 		Events:      []redisx.Event{upsert("U1", 0, "a", 0), upsert("U1", 0, "b", 3), upsert("U1", 1, "a", 1)},
 		Checkpoints: map[checkpoint.ShardID]int64{sh0: 5, sh1: 1},
-		Delivered:   map[checkpoint.ShardID][]checkpoint.Doc{sh0: {{ID: "a"}, {ID: "b", Routing: "r1"}}, sh1: {{ID: "a"}}},
+		Delivered:   map[checkpoint.ShardID][]checkpoint.Doc{sh0: {{ID: "a", SeqNo: 0}, {ID: "b", Routing: "r1", SeqNo: 3}}, sh1: {{ID: "a", SeqNo: 1}}},
 		Gaps:        map[checkpoint.ShardID]int64{sh0: 2},
 		Histories:   map[checkpoint.ShardID]string{sh0: "h-0"},
 		Indices:     map[string]checkpoint.IndexInfo{"U1": {Name: "idx", Target: "idx", Shards: 2, FirstSeen: time.Unix(100, 0).UTC()}},
@@ -95,24 +96,44 @@ func TestStore_CommitThenLoad(t *testing.T) {
 			t.Errorf("entry %d = %+v, want %+v", i, e, b.Events[i])
 		}
 	}
-	if ids, _ := rdb.SMembers(ctx, keys.Delivered("U1", 0)).Result(); len(ids) != 2 {
-		t.Errorf("delivered U1/0 = %v, want [a b]", ids)
+	// Each id in the hash of its seq no's range (offset, then routing),
+	// counted per range.
+	wantRanges := func(when string, want map[string]map[string]string, counts map[string]string) {
+		t.Helper()
+		for key, fields := range want {
+			if got, _ := rdb.HGetAll(ctx, key).Result(); !maps.Equal(got, fields) {
+				t.Errorf("%s: %s = %v, want %v", when, key, got, fields)
+			}
+		}
+		if got, _ := rdb.HGetAll(ctx, keys.DeliveredCounts("U1", 0)).Result(); !maps.Equal(got, counts) {
+			t.Errorf("%s: counts of U1/0 = %v, want %v", when, got, counts)
+		}
 	}
-	if r, _ := rdb.HGetAll(ctx, keys.Routing("U1", 0)).Result(); len(r) != 1 || r["b"] != "r1" {
-		t.Errorf("routing U1/0 = %v, want b=r1", r)
-	}
+	r0, r1 := keys.DeliveredRange("U1", 0, 0), keys.DeliveredRange("U1", 0, 1)
+	wantRanges("first commit", map[string]map[string]string{r0: {"a": "0", "b": "3 r1"}, keys.DeliveredRange("U1", 1, 0): {"a": "1"}},
+		map[string]string{"0": "2", "total": "2"})
 	if got.Gaps[sh0] != 2 {
 		t.Errorf("gap U1/0 = %d, want 2", got.Gaps[sh0])
 	}
-	// SREM (and HDEL of the routing) and a gap adjustment in a later batch.
-	if err := st.Commit(ctx, checkpoint.Batch{Removed: map[checkpoint.ShardID][]string{sh0: {"b"}}, Gaps: map[checkpoint.ShardID]int64{sh0: -2}}); err != nil {
-		t.Fatal(err)
+	// An update within the range overwrites its entry; one to a later
+	// range adds an entry there and leaves the old one (stale, for a scan).
+	// Delivering the same again changes nothing.
+	for range 2 {
+		if err := st.Commit(ctx, checkpoint.Batch{Delivered: map[checkpoint.ShardID][]checkpoint.Doc{sh0: {{ID: "a", SeqNo: 7}, {ID: "b", SeqNo: 64 + 9}}}}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if ids, _ := rdb.SMembers(ctx, keys.Delivered("U1", 0)).Result(); len(ids) != 1 || ids[0] != "a" {
-		t.Errorf("delivered U1/0 after SREM = %v, want [a]", ids)
+	wantRanges("updates", map[string]map[string]string{r0: {"a": "7", "b": "3 r1"}, r1: {"b": "9"}}, map[string]string{"0": "2", "1": "1", "total": "3"})
+	// Removal and a gap adjustment in a later batch; removing twice
+	// uncounts once, and an emptied range leaves the counts.
+	for range 2 {
+		if err := st.Commit(ctx, checkpoint.Batch{Removed: map[checkpoint.ShardID][]checkpoint.Doc{sh0: {{ID: "b", SeqNo: 3}, {ID: "b", SeqNo: 73}}}, Gaps: map[checkpoint.ShardID]int64{sh0: -1}}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if n, _ := rdb.HLen(ctx, keys.Routing("U1", 0)).Result(); n != 0 {
-		t.Errorf("routing U1/0 has %d fields after the routed id was removed", n)
+	wantRanges("removal", map[string]map[string]string{r0: {"a": "7"}, r1: {}}, map[string]string{"0": "1", "total": "1"})
+	if docs, err := checkpoint.ReadDelivered(ctx, rdb, keys, sh0); err != nil || len(docs) != 1 || docs[0] != (checkpoint.Doc{ID: "a", SeqNo: 7}) {
+		t.Errorf("ReadDelivered(U1/0) = %v, %v; want a at 7", docs, err)
 	}
 	if again, _ := st.Load(ctx); again.Gaps[sh0] != 0 {
 		t.Errorf("gap U1/0 after -2 = %d, want 0", again.Gaps[sh0])
@@ -120,6 +141,8 @@ func TestStore_CommitThenLoad(t *testing.T) {
 	// Forget the index: every key and field of its shards goes.
 	scratch := keys.Scan("U1", 1)
 	rdb.SAdd(ctx, scratch, "x")
+	rdb.SAdd(ctx, keys.Delivered("U1", 1), "old")
+	rdb.HSet(ctx, keys.Routing("U1", 1), "old", "r")
 	if err := st.Commit(ctx, checkpoint.Batch{ForgetShards: []checkpoint.ShardID{sh0, sh1}, ForgetIndices: []string{"U1"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +150,7 @@ func TestStore_CommitThenLoad(t *testing.T) {
 	if len(after.Checkpoints) != 0 || len(after.Gaps) != 0 || len(after.Indices) != 0 || len(after.Histories) != 0 {
 		t.Errorf("state after forgetting U1: %+v", after)
 	}
-	for _, key := range []string{keys.Delivered("U1", 0), keys.Delivered("U1", 1), keys.Routing("U1", 0), scratch} {
+	for _, key := range []string{keys.Delivered("U1", 1), keys.Routing("U1", 1), r0, keys.DeliveredRange("U1", 1, 0), keys.DeliveredCounts("U1", 0), keys.DeliveredCounts("U1", 1), scratch} {
 		if n, _ := rdb.Exists(ctx, key).Result(); n != 0 {
 			t.Errorf("%s still exists after forgetting the index", key)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 
@@ -34,8 +35,8 @@ type Gone struct {
 }
 
 // ForgetIndex emits the end of an index and drops its state: with
-// PerDocument one delete per delivered id (in transactions of 500, each
-// with its SREM, so a crash resumes where it stopped), then one
+// PerDocument one delete per delivered id (in transactions of about 500,
+// each with the removal of its ids, so a crash resumes where it stopped), then one
 // index_deleted event with its checkpoints, gap counters, sets and record
 // dropped in the same transaction. It is safe to run again after a crash.
 func ForgetIndex(ctx context.Context, rdb redis.UniversalClient, keys redisx.Keys, store *checkpoint.Store, g Gone, log *slog.Logger) (deleted int, err error) {
@@ -74,15 +75,75 @@ func ForgetIndex(ctx context.Context, rdb redis.UniversalClient, keys redisx.Key
 	return deleted, nil
 }
 
+// forgetShardDocs emits one delete per id delivered from shard n: first
+// those of its delivered ranges, then those of a set of the layout before
+// ranges (a feed not yet migrated). An id can be in more than one range
+// (a stale entry: the document moved to a later range by an update the
+// last scan did not reconcile) or in a range and the old set; it gets one
+// delete. That needs the ids already emitted in memory, which only a shard
+// with a gap (stale entries come with one) or an old set pays for. After a
+// crash the dedupe starts over: a document with a stale entry may then get
+// a second delete, stamped with the same seq no as the first.
 func forgetShardDocs(ctx context.Context, rdb redis.UniversalClient, keys redisx.Keys, store *checkpoint.Store, g Gone, n int) (int, error) {
-	set := keys.Delivered(g.UUID, n)
 	id := checkpoint.ShardID{IndexUUID: g.UUID, Shard: n}
 	stamp, ok := g.Checkpoints[n]
 	if !ok {
 		stamp = -1
 	}
+	set := keys.Delivered(g.UUID, n)
+	legacy, err := rdb.Exists(ctx, set).Result()
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", set, err)
+	}
+	gap, err := rdb.HGet(ctx, keys.Checkpoints(), redisx.GapField(g.UUID, n)).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("read the gap counter of shard %s: %w", id, err)
+	}
+	var emitted map[string]bool
+	if legacy > 0 || gap > 0 {
+		emitted = map[string]bool{}
+	}
+	event := func(docID, routing string) redisx.Event {
+		return redisx.Event{Op: redisx.OpDelete, Index: g.Info.Name, IndexUUID: g.UUID, Shard: n, ID: docID,
+			Routing: routing, SeqNo: stamp, Target: g.Info.Target}
+	}
 	deleted := 0
-	for {
+	counts, _, err := checkpoint.RangeCounts(ctx, rdb, keys, id)
+	if err != nil {
+		return 0, err
+	}
+	ranges := make([]int64, 0, len(counts))
+	for r := range counts {
+		ranges = append(ranges, r)
+	}
+	slices.Sort(ranges)
+	for start := 0; start < len(ranges); {
+		end, size := start, int64(0)
+		for end < len(ranges) && size < forgetChunk {
+			size += counts[ranges[end]]
+			end++
+		}
+		docs, err := checkpoint.ReadRanges(ctx, rdb, keys, id, ranges[start:end], nil)
+		if err != nil {
+			return deleted, err
+		}
+		b := checkpoint.Batch{Removed: map[checkpoint.ShardID][]checkpoint.Doc{id: docs}}
+		for _, d := range docs {
+			if emitted != nil {
+				if emitted[d.ID] {
+					continue
+				}
+				emitted[d.ID] = true
+			}
+			b.Events = append(b.Events, event(d.ID, d.Routing))
+		}
+		if err := store.Commit(ctx, b); err != nil {
+			return deleted, err
+		}
+		deleted += len(b.Events)
+		start = end
+	}
+	for legacy > 0 {
 		ids, _, err := rdb.SScan(ctx, set, 0, "", forgetChunk).Result()
 		if err != nil {
 			return deleted, fmt.Errorf("list delivered ids of %s: %w", set, err)
@@ -93,7 +154,7 @@ func forgetShardDocs(ctx context.Context, rdb redis.UniversalClient, keys redisx
 				return deleted, err
 			}
 			if left == 0 {
-				return deleted, nil
+				break
 			}
 			continue // SSCAN may return an empty first page
 		}
@@ -104,17 +165,21 @@ func forgetShardDocs(ctx context.Context, rdb redis.UniversalClient, keys redisx
 		if err != nil {
 			return deleted, err
 		}
-		b := checkpoint.Batch{Removed: map[checkpoint.ShardID][]string{id: ids}, Events: make([]redisx.Event, len(ids))}
+		b := checkpoint.Batch{LegacyRemoved: map[checkpoint.ShardID][]string{id: ids}}
 		for i, docID := range ids {
+			if emitted[docID] {
+				continue
+			}
+			emitted[docID] = true
 			r, _ := routing[i].(string)
-			b.Events[i] = redisx.Event{Op: redisx.OpDelete, Index: g.Info.Name, IndexUUID: g.UUID, Shard: n, ID: docID,
-				Routing: r, SeqNo: stamp, Target: g.Info.Target}
+			b.Events = append(b.Events, event(docID, r))
 		}
 		if err := store.Commit(ctx, b); err != nil {
 			return deleted, err
 		}
-		deleted += len(ids)
+		deleted += len(b.Events)
 	}
+	return deleted, nil
 }
 
 // ErrOtherCluster refuses to treat indices as gone when the cluster is not

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,22 +30,6 @@ const (
 
 // ErrAborted wraps every reason a scan stopped without emitting anything.
 var ErrAborted = errors.New("delete scan aborted")
-
-// addScratch adds ids (ARGV[2..]) to a scan's scratch set (KEYS[1]) with a
-// TTL (ARGV[1], seconds), only while the feed's meta hash (KEYS[2]) exists:
-// a Redis that lost the feed's state (restarted empty) gets no key from a
-// scan still running, whatever the relay has not noticed yet. (TYPE, not
-// EXISTS: the relay's documented ACL has it.)
-var addScratch = redis.NewScript(`
-if redis.call('TYPE', KEYS[2]).ok == 'none' then
-  return redis.error_reply('ESCFNOSTATE the feed state is gone: ' .. KEYS[2] .. ' does not exist')
-end
-for i = 2, #ARGV, 1000 do
-  redis.call('SADD', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
-end
-redis.call('EXPIRE', KEYS[1], ARGV[1])
-return 1
-`)
 
 // Config configures a Scanner.
 type Config struct {
@@ -112,8 +95,24 @@ type Stats struct {
 	// SavedByCount: skipped because the shard's document count up to its
 	// checkpoint equals its delivered ids.
 	SavedByCount int64
-	// Listings: live-id listings run (a confirmed scan lists twice).
+	// Listings: live-id listings run (a confirmed scan lists twice). Only
+	// a shard's first scan after the upgrade to delivered ranges lists.
 	Listings int64
+	// ListedIDs: ids those listings returned.
+	ListedIDs int64
+	// Localized: scans that compared the delivered ranges with the
+	// cluster's histogram and read only the ranges that differed.
+	Localized int64
+	// Migrated: scans that moved a shard's delivered set into ranges.
+	Migrated int64
+	// RangesCompared and RangesDiffered: delivered ranges compared with
+	// the cluster's counts, and those found different (and read).
+	RangesCompared, RangesDiffered int64
+	// SeqNosRead: live seq nos read in differing ranges.
+	SeqNosRead int64
+	// StaleRemoved: entries removed because their document moved to a
+	// later seq no.
+	StaleRemoved int64
 	// Confirmations: scans over MaxDeleteFraction that listed a second time.
 	Confirmations int64
 	// Aborted: scans stopped by a partial view, an error or a failover.
@@ -135,6 +134,8 @@ type Scanner struct {
 	lastReport time.Time
 
 	due, savedGap, savedCount, listings, confirmations, aborted, deleted atomic.Int64
+	listedIDs, localized, migrated, rangesCompared, rangesDiffered       atomic.Int64
+	seqNosRead, staleRemoved                                             atomic.Int64
 }
 
 // New returns a Scanner.
@@ -170,7 +171,9 @@ func New(cfg Config) (*Scanner, error) {
 func (s *Scanner) Stats() Stats {
 	return Stats{Due: s.due.Load(), SavedByGap: s.savedGap.Load(), SavedByCount: s.savedCount.Load(),
 		Listings: s.listings.Load(), Confirmations: s.confirmations.Load(), Aborted: s.aborted.Load(),
-		Deletes: s.deleted.Load()}
+		Deletes: s.deleted.Load(), ListedIDs: s.listedIDs.Load(), Localized: s.localized.Load(), Migrated: s.migrated.Load(),
+		RangesCompared: s.rangesCompared.Load(), RangesDiffered: s.rangesDiffered.Load(), SeqNosRead: s.seqNosRead.Load(),
+		StaleRemoved: s.staleRemoved.Load()}
 }
 
 // Shard is one shard to scan, as the relay knows it after reading it up to
@@ -256,242 +259,8 @@ func (s *Scanner) report() {
 	s.mu.Unlock()
 	st := s.Stats()
 	s.log.Info("delete scans so far", "due", st.Due, "saved_by_gap_proof", st.SavedByGap, "saved_by_count_proof", st.SavedByCount,
-		"listings", st.Listings, "confirmations", st.Confirmations, "aborted", st.Aborted, "deletes", st.Deletes)
-}
-
-func (s *Scanner) scan(ctx context.Context, sh Shard) (Result, error) {
-	// One node coordinates the whole scan (es.Client.Pin): its stats,
-	// refreshes, counts, listing and re-check are one view of the cluster.
-	ec := s.cfg.ES.Pin()
-	log := s.log.With("index", sh.Index, "shard", sh.Shard)
-	id := sh.id()
-	k := s.cfg.Keys
-	// Gap proof: no seq no up to the checkpoint went undelivered since the
-	// last scan, so no delivered document can have been deleted.
-	if sh.Gap <= 0 {
-		s.savedGap.Add(1)
-		log.Debug("delete scan skipped: gap proof (no undelivered seq no since the last scan)")
-		return Result{}, nil
-	}
-	aborted := func(format string, args ...any) error {
-		err := fmt.Errorf("%w: shard %d of %s: %s", ErrAborted, sh.Shard, sh.Index, fmt.Sprintf(format, args...))
-		log.Warn("delete scan aborted; it runs again next round", "reason", fmt.Sprintf(format, args...))
-		return err
-	}
-	clearGap := func(n int64) (Result, error) {
-		err := s.cfg.Store.Commit(ctx, checkpoint.Batch{Gaps: map[checkpoint.ShardID]int64{id: -n}, DropKeys: []string{k.Scan(sh.UUID, sh.Shard)}})
-		return Result{GapCleared: n}, err
-	}
-	delivered, err := s.cfg.Client.SCard(ctx, k.Delivered(sh.UUID, sh.Shard)).Result()
-	if err != nil {
-		return Result{}, aborted("read delivered set size: %v", err)
-	}
-	if delivered == 0 {
-		s.savedCount.Add(1)
-		return clearGap(sh.Gap)
-	}
-	before, err := ec.Stats(ctx, []string{sh.Index})
-	if err != nil {
-		return Result{}, aborted("%v", err)
-	}
-	sc0, ok := before[sh.Index].Shard(sh.Shard)
-	if !ok {
-		return Result{}, aborted("the shard's primary is not started")
-	}
-	if sc0.GlobalCheckpoint < sh.Checkpoint {
-		// The feed read up to its checkpoint from a primary whose gcp was
-		// at least that; a view below it is older than what was delivered
-		// (a node that was cut off and has not yet learned it was
-		// removed answers from its own stale copy), and a listing from it
-		// would take documents deleted since for live ones.
-		return Result{}, aborted("the cluster's view of the shard (global checkpoint %d) is older than the feed's checkpoint %d", sc0.GlobalCheckpoint, sh.Checkpoint)
-	}
-	if err := ec.Refresh(ctx, sh.Index); err != nil {
-		return Result{}, aborted("%v", err)
-	}
-	// Count proof: every live document with origin < seq no <= checkpoint
-	// was delivered, and every delivered id still live with an unchanged
-	// document is one of them; so if as many exist as were delivered, none
-	// is gone. (A delivered document written again above the checkpoint
-	// makes the count smaller: no proof, a listing.)
-	count, err := ec.Count(ctx, sh.Index, sh.Shard, sc0.Node, sh.Origin, sh.Checkpoint)
-	if err != nil {
-		return Result{}, aborted("%v", err)
-	}
-	if count == delivered {
-		s.savedCount.Add(1)
-		log.Debug("delete scan skipped: count proof", "delivered", delivered, "count", count)
-		return clearGap(sh.Gap)
-	}
-	gone, keepGap, err := s.findGone(ctx, ec, sh, sc0, log)
-	if err != nil {
-		return Result{}, err
-	}
-	if len(gone) > 0 && float64(len(gone)) > s.cfg.MaxDeleteFraction*float64(delivered) {
-		// A mass delete is confirmed by a second, independent listing
-		// before anything is emitted; only ids both found gone go.
-		s.confirmations.Add(1)
-		log.Warn("delete scan would delete a large share of the shard: confirming with a second scan",
-			"gone", len(gone), "delivered", delivered, "max_fraction", s.cfg.MaxDeleteFraction)
-		again, keep2, err := s.findGone(ctx, ec, sh, sc0, log)
-		if err != nil {
-			return Result{}, err
-		}
-		gone = intersect(gone, again)
-		keepGap = keepGap || keep2
-	}
-	return s.commit(ctx, sh, gone, keepGap, log)
-}
-
-// findGone lists the shard's live ids into the scratch set, diffs the
-// delivered set against it, re-checks the candidates with an ids query
-// after a refresh, and waits until the global checkpoint covers what the
-// re-check saw (so no failover can bring a document back). keepGap reports
-// a candidate found re-created above the checkpoint: its delete must stay
-// countable for a later scan in case the re-creation is rolled back.
-func (s *Scanner) findGone(ctx context.Context, ec *es.Client, sh Shard, sc0 es.ShardCheckpoints, log *slog.Logger) (gone []string, keepGap bool, err error) {
-	k := s.cfg.Keys
-	scratch := k.Scan(sh.UUID, sh.Shard)
-	rdb := s.cfg.Client
-	aborted := func(format string, args ...any) error {
-		// The reason wraps what format's %w name (es.ErrPrimaryChanged).
-		reason := fmt.Errorf(format, args...)
-		log.Warn("delete scan aborted; it runs again next round", "reason", reason.Error())
-		return fmt.Errorf("%w: shard %d of %s: %w", ErrAborted, sh.Shard, sh.Index, reason)
-	}
-	if err := rdb.Del(ctx, scratch).Err(); err != nil {
-		return nil, false, aborted("clear scratch set: %v", err)
-	}
-	s.listings.Add(1)
-	start := time.Now()
-	countBefore, err := ec.Count(ctx, sh.Index, sh.Shard, sc0.Node, -1, -1)
-	if err != nil {
-		return nil, false, aborted("%v", err)
-	}
-	listed, err := ec.ListShard(ctx, sh.Index, sh.Shard, sc0.Node, s.cfg.PageSize, s.cfg.Listing, func(refs []es.DocRef) error {
-		ids := make([]any, len(refs))
-		for i, r := range refs {
-			ids[i] = r.ID
-		}
-		return addScratch.Run(ctx, rdb, []string{scratch, k.Meta()}, append([]any{int64(scratchTTL / time.Second)}, ids...)...).Err()
-	})
-	if err != nil {
-		return nil, false, aborted("%v", err)
-	}
-	countAfter, err := ec.Count(ctx, sh.Index, sh.Shard, sc0.Node, -1, -1)
-	if err != nil {
-		return nil, false, aborted("%v", err)
-	}
-	mid, err := ec.Stats(ctx, []string{sh.Index})
-	if err != nil {
-		return nil, false, aborted("%v", err)
-	}
-	sc1, ok := mid[sh.Index].Shard(sh.Shard)
-	if !ok || !sc1.SamePrimary(sc0) {
-		return nil, false, aborted("%w during the listing (term %d on node %s, then %d on %s)", es.ErrPrimaryChanged, sc0.PrimaryTerm, sc0.Node, sc1.PrimaryTerm, sc1.Node)
-	}
-	if sc1.GlobalCheckpoint < sh.Checkpoint {
-		return nil, false, aborted("the cluster's view of the shard (global checkpoint %d) is older than the feed's checkpoint %d after the listing", sc1.GlobalCheckpoint, sh.Checkpoint)
-	}
-	// With no write during the listing, the counts taken around it and the
-	// listing must agree exactly.
-	if sc1.MaxSeqNo == sc0.MaxSeqNo && (countBefore != listed || countAfter != listed) {
-		return nil, false, aborted("listed %d ids but _count said %d before and %d after, with no write in between", listed, countBefore, countAfter)
-	}
-	if n, err := rdb.SCard(ctx, scratch).Result(); err != nil || n != listed {
-		return nil, false, aborted("scratch set holds %d ids, the listing %d (%v)", n, listed, err)
-	}
-	cands, err := rdb.SDiff(ctx, k.Delivered(sh.UUID, sh.Shard), scratch).Result()
-	if err != nil {
-		return nil, false, aborted("SDIFF: %v", err)
-	}
-	log.Debug("listed live ids", "listed", listed, "candidates", len(cands), "took", time.Since(start).String())
-	if len(cands) == 0 {
-		return nil, false, nil
-	}
-	if err := ec.Refresh(ctx, sh.Index); err != nil {
-		return nil, false, aborted("%v", err)
-	}
-	present, err := ec.Present(ctx, sh.Index, sh.Shard, sc0.Node, cands)
-	if err != nil {
-		return nil, false, aborted("%v", err)
-	}
-	for _, id := range cands {
-		ref, ok := present[id]
-		switch {
-		case !ok:
-			gone = append(gone, id)
-		case ref.SeqNo > sh.Checkpoint:
-			keepGap = true // re-created, not read yet
-		}
-	}
-	if len(gone) == 0 {
-		return nil, keepGap, nil
-	}
-	// Everything the re-check saw must be at or below the global
-	// checkpoint: only then can no failover undo the deletes it saw.
-	if err := s.waitDurable(ctx, ec, sh, sc0); err != nil {
-		return nil, false, aborted("%w", err)
-	}
-	sort.Strings(gone)
-	return gone, keepGap, nil
-}
-
-// waitDurable waits until the primary's global checkpoint reaches the max
-// seq no it had right after the re-check, under the same primary: the
-// relay's settle rule (es.Settle), so a primary on another node, with a new
-// term or a new history is es.ErrPrimaryChanged.
-func (s *Scanner) waitDurable(ctx context.Context, ec *es.Client, sh Shard, primary es.ShardCheckpoints) error {
-	return es.Settle(ctx, sh.Index, sh.Shard, primary, s.cfg.DurableWait, func() (es.ShardCheckpoints, error) {
-		st, err := ec.Stats(ctx, []string{sh.Index})
-		if err != nil {
-			return es.ShardCheckpoints{}, err
-		}
-		sc, ok := st[sh.Index].Shard(sh.Shard)
-		if !ok {
-			return sc, errors.New("the shard's primary is not started")
-		}
-		return sc, nil
-	})
-}
-
-// commit emits one delete per gone id (stamped with the checkpoint), removes
-// them from the delivered set, resets the gap counter (unless a re-creation
-// above the checkpoint keeps it) and drops the scratch set, atomically.
-func (s *Scanner) commit(ctx context.Context, sh Shard, gone []string, keepGap bool, log *slog.Logger) (Result, error) {
-	k := s.cfg.Keys
-	id := sh.id()
-	var routing []any
-	if len(gone) > 0 {
-		vals, err := s.cfg.Client.HMGet(ctx, k.Routing(sh.UUID, sh.Shard), gone...).Result()
-		if err != nil {
-			return Result{}, fmt.Errorf("%w: read routing of %d gone ids: %v", ErrAborted, len(gone), err)
-		}
-		routing = vals
-	}
-	b := checkpoint.Batch{DropKeys: []string{k.Scan(sh.UUID, sh.Shard)}}
-	res := Result{Deleted: len(gone)}
-	if !keepGap {
-		b.Gaps = map[checkpoint.ShardID]int64{id: -sh.Gap}
-		res.GapCleared = sh.Gap
-	}
-	if len(gone) > 0 {
-		b.Removed = map[checkpoint.ShardID][]string{id: gone}
-		b.Events = make([]redisx.Event, len(gone))
-		for i, docID := range gone {
-			r, _ := routing[i].(string)
-			b.Events[i] = redisx.Event{Op: redisx.OpDelete, Index: sh.Index, IndexUUID: sh.UUID, Shard: sh.Shard,
-				ID: docID, Routing: r, SeqNo: sh.Checkpoint, Target: sh.Target}
-		}
-	}
-	if err := s.cfg.Store.Commit(ctx, b); err != nil {
-		return Result{}, err
-	}
-	s.deleted.Add(int64(len(gone)))
-	if len(gone) > 0 {
-		log.Info("emitted deletes", "deletes", len(gone), "checkpoint", sh.Checkpoint)
-	}
-	return res, nil
+		"localized", st.Localized, "ranges_compared", st.RangesCompared, "ranges_differed", st.RangesDiffered, "seq_nos_read", st.SeqNosRead,
+		"listings", st.Listings, "listed_ids", st.ListedIDs, "migrated", st.Migrated, "confirmations", st.Confirmations, "aborted", st.Aborted, "deletes", st.Deletes)
 }
 
 func intersect(a, b []string) []string {

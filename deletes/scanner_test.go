@@ -42,18 +42,22 @@ func TestScanner_Scan_AbortsWhenThePrimaryChanges(t *testing.T) {
 	tests := []struct {
 		name string
 		// from is the first _stats reading that shows the change (1: the
-		// scan's first; 2: the check after the listing; 3: the durability
-		// wait); 0: none. to is the last (0: all that follow), so that
+		// scan's first; 2: the check after the ranges' histogram; 3: the
+		// check after the read of live seq nos; 4: the durability wait);
+		// 0: none. to is the last (0: all that follow), so that
 		// each check is shown to catch it alone.
 		from, to int
 		rewrite  func([]byte) []byte
 		aborted  bool
 	}{
 		{name: "same primary", from: 0, aborted: false},
-		{name: "other node, same term, at the check after the listing", from: 2, to: 2, rewrite: func(b []byte) []byte {
+		{name: "other node, same term, at the check after the histogram", from: 2, to: 2, rewrite: func(b []byte) []byte {
 			return statsNode.ReplaceAll(b, []byte(`"node":"moved-`))
 		}, aborted: true},
-		{name: "other node, same term, during the durability wait", from: 3, rewrite: func(b []byte) []byte {
+		{name: "other node, same term, at the check after the live seq nos", from: 3, to: 3, rewrite: func(b []byte) []byte {
+			return statsNode.ReplaceAll(b, []byte(`"node":"moved-`))
+		}, aborted: true},
+		{name: "other node, same term, during the durability wait", from: 4, rewrite: func(b []byte) []byte {
 			return statsNode.ReplaceAll(b, []byte(`"node":"moved-`))
 		}, aborted: true},
 		{name: "new term, same node", from: 2, to: 2, rewrite: func(b []byte) []byte {
@@ -87,8 +91,12 @@ func TestScanner_Scan_AbortsWhenThePrimaryChanges(t *testing.T) {
 				}
 			}
 			do("PUT", "/docs", `{"settings":{"number_of_shards":1,"number_of_replicas":0}}`)
+			// Seq nos 0 and 1: two documents the feed delivered, deleted at
+			// 2 and 3; then the live ones at 4..11.
 			var bulk strings.Builder
 			live := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+			bulk.WriteString("{\"index\":{\"_id\":\"gone-1\"}}\n{\"n\":1}\n{\"index\":{\"_id\":\"gone-2\"}}\n{\"n\":1}\n")
+			bulk.WriteString("{\"delete\":{\"_id\":\"gone-1\"}}\n{\"delete\":{\"_id\":\"gone-2\"}}\n")
 			for _, id := range live {
 				fmt.Fprintf(&bulk, "{\"index\":{\"_id\":%q}}\n{\"n\":1}\n", id)
 			}
@@ -145,9 +153,9 @@ func TestScanner_Scan_AbortsWhenThePrimaryChanges(t *testing.T) {
 				t.Fatal(err)
 			}
 			uuid := st["docs"].UUID
-			delivered := []checkpoint.Doc{{ID: "gone-1"}, {ID: "gone-2"}}
-			for _, id := range live {
-				delivered = append(delivered, checkpoint.Doc{ID: id})
+			delivered := []checkpoint.Doc{{ID: "gone-1", SeqNo: 0}, {ID: "gone-2", SeqNo: 1}}
+			for i, id := range live {
+				delivered = append(delivered, checkpoint.Doc{ID: id, SeqNo: int64(4 + i)})
 			}
 			shardID := checkpoint.ShardID{IndexUUID: uuid, Shard: 0}
 			if err := store.Commit(ctx, checkpoint.Batch{Delivered: map[checkpoint.ShardID][]checkpoint.Doc{shardID: delivered}}); err != nil {
@@ -165,7 +173,7 @@ func TestScanner_Scan_AbortsWhenThePrimaryChanges(t *testing.T) {
 			time.Sleep(time.Millisecond)
 			res, err := sc.Scan(ctx, sh)
 
-			left, _ := rdb.SCard(ctx, keys.Delivered(uuid, 0)).Result()
+			left, _ := rdb.HGet(ctx, keys.DeliveredCounts(uuid, 0), "total").Int64()
 			if tt.aborted {
 				if !errors.Is(err, deletes.ErrAborted) || !errors.Is(err, es.ErrPrimaryChanged) {
 					t.Fatalf("Scan = %+v, %v; want an error wrapping ErrAborted and es.ErrPrimaryChanged", res, err)
@@ -188,7 +196,7 @@ func TestScanner_Scan_AbortsWhenThePrimaryChanges(t *testing.T) {
 				t.Errorf("delivered ids after the scan = %d, want %d", got, want)
 			}
 			if got := int(statsCalls.Load()); got < 3 {
-				t.Errorf("the scan read _stats %d times; the cases above assume >= 3 (first, after the listing, durability wait)", got)
+				t.Errorf("the scan read _stats %d times; the cases above assume >= 4 (first, after the histogram, after the live seq nos, durability wait)", got)
 			}
 		})
 	}

@@ -96,16 +96,41 @@ func (k Keys) Checkpoints() string { return "escf:" + k.tag + ":checkpoints" }
 // Indices is the hash of the indices the feed has seen, by uuid.
 func (k Keys) Indices() string { return "escf:" + k.tag + ":indices" }
 
-// Delivered is the set of ids delivered as upserts from one shard.
+// Delivered is the set of ids delivered as upserts from one shard, as
+// feeds before the range layout kept them (DeliveredRange): a delete scan
+// moves it into ranges, and nothing else writes it any more.
 func (k Keys) Delivered(indexUUID string, shard int) string {
 	return "escf:" + k.tag + ":delivered:" + indexUUID + ":" + strconv.Itoa(shard)
 }
 
-// Routing is the hash of custom routing values of delivered ids of one
-// shard (only ids that have one), so delete events can carry it.
+// Routing is the hash of custom routing values of the ids in Delivered
+// (only ids that have one), so delete events can carry it.
 func (k Keys) Routing(indexUUID string, shard int) string {
 	return "escf:" + k.tag + ":routing:" + indexUUID + ":" + strconv.Itoa(shard)
 }
+
+// DeliveredRange is the hash of the ids delivered from one shard at seq
+// nos r·RangeSize … r·RangeSize+RangeSize−1: field id, value the seq no's
+// offset in the range, then a space and the id's custom routing if it has
+// one ("17" or "17 user-4"). With at most RangeSize fields and short
+// values Redis keeps it listpack-encoded (about 30 B per id).
+func (k Keys) DeliveredRange(indexUUID string, shard int, r int64) string {
+	return k.DeliveredRangePrefix(indexUUID, shard) + strconv.FormatInt(r, 10)
+}
+
+// DeliveredRangePrefix is DeliveredRange without its range number.
+func (k Keys) DeliveredRangePrefix(indexUUID string, shard int) string {
+	return "escf:" + k.tag + ":dlv:" + indexUUID + ":" + strconv.Itoa(shard) + ":"
+}
+
+// DeliveredCounts is the hash of one shard's delivered-range sizes: field
+// r is the number of fields of DeliveredRange r, field "total" their sum.
+func (k Keys) DeliveredCounts(indexUUID string, shard int) string {
+	return "escf:" + k.tag + ":dlvcount:" + indexUUID + ":" + strconv.Itoa(shard)
+}
+
+// RangeSize is how many seq nos one DeliveredRange covers.
+const RangeSize = 64
 
 // Scan is the scratch set of live ids a delete scan of one shard lists.
 func (k Keys) Scan(indexUUID string, shard int) string {

@@ -506,7 +506,7 @@ func (r *Relay) commitPage(ctx context.Context, name string, cur *cursor, pg *pa
 	docs := make([]checkpoint.Doc, len(hits))
 	for i, h := range hits {
 		batch.Events[i] = upsertEvent(name, cur.uuid, shard, cur.target, h)
-		docs[i] = checkpoint.Doc{ID: h.ID, Routing: h.Routing}
+		docs[i] = checkpoint.Doc{ID: h.ID, Routing: h.Routing, SeqNo: h.SeqNo}
 	}
 	if len(docs) > 0 {
 		batch.Delivered = map[checkpoint.ShardID][]checkpoint.Doc{id: docs}

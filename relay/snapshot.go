@@ -209,7 +209,7 @@ func (r *Relay) snapshotShard(ctx context.Context, name, target, uuid string, sc
 			docs := make([]checkpoint.Doc, len(hits))
 			for i, h := range hits {
 				b.Events[i] = upsertEvent(name, uuid, sc.Shard, target, h)
-				docs[i] = checkpoint.Doc{ID: h.ID, Routing: h.Routing}
+				docs[i] = checkpoint.Doc{ID: h.ID, Routing: h.Routing, SeqNo: h.SeqNo}
 			}
 			b.Delivered[id] = docs
 			if err := r.commit(ctx, b); err != nil {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/tests/esemu"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
@@ -673,6 +674,21 @@ func bootstrapPipeline(tb testing.TB, c backend, argv []string, redisURL, feed, 
 // waitDelivered waits until the relay's delivered sets of the index hold
 // exactly the index's documents: every delete a scan could find is in the
 // stream (the stream itself, trimmed, can no longer be replayed).
+// deliveredIDs returns the ids the feed recorded as delivered from one
+// shard (its delivered ranges, and a set of the layout before them).
+func deliveredIDs(tb testing.TB, rdb redis.UniversalClient, keys redisx.Keys, uuid string, shard int) []string {
+	tb.Helper()
+	docs, err := checkpoint.ReadDelivered(context.Background(), rdb, keys, checkpoint.ShardID{IndexUUID: uuid, Shard: shard})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ids := make([]string, len(docs))
+	for i, d := range docs {
+		ids[i] = d.ID
+	}
+	return ids
+}
+
 func waitDelivered(tb testing.TB, c backend, rdb *redis.Client, keys redisx.Keys, index string, shards int, timeout time.Duration) {
 	tb.Helper()
 	uuid := indexUUID(tb, c, index)
@@ -681,11 +697,7 @@ func waitDelivered(tb testing.TB, c backend, rdb *redis.Client, keys redisx.Keys
 		want := clusterDocs(tb, c, index)
 		got := map[docKey]bool{}
 		for s := 0; s < shards; s++ {
-			ids, err := rdb.SMembers(context.Background(), keys.Delivered(uuid, s)).Result()
-			if err != nil {
-				tb.Fatal(err)
-			}
-			for _, id := range ids {
+			for _, id := range deliveredIDs(tb, rdb, keys, uuid, s) {
 				got[docKey{uuid, s, id}] = true
 			}
 		}
@@ -873,11 +885,7 @@ func testExampleBootstrap(t *testing.T, ew exampleWorker) {
 func gapDeleted(tb testing.TB, rdb *redis.Client, keys redisx.Keys, uuid string) bool {
 	tb.Helper()
 	for s := 0; s < 3; s++ {
-		ids, err := rdb.SMembers(context.Background(), keys.Delivered(uuid, s)).Result()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		for _, id := range ids {
+		for _, id := range deliveredIDs(tb, rdb, keys, uuid, s) {
 			if strings.HasPrefix(id, "gap-") {
 				return false
 			}

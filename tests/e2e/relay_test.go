@@ -331,8 +331,7 @@ func TestRelay_CustomRouting(t *testing.T) {
 	}
 	var delivered atomic.Int64
 	for n := 0; n < 2; n++ {
-		ids, _ := f.rdb.SMembers(t.Context(), f.keys.Delivered(uuid, n)).Result()
-		for _, id := range ids {
+		for _, id := range deliveredIDs(t, f.rdb, f.keys, uuid, n) {
 			if id == "same" {
 				delivered.Add(1)
 			}

@@ -1,0 +1,118 @@
+package es
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+)
+
+// SeqSpan is the seq nos After < s <= UpTo.
+type SeqSpan struct{ After, UpTo int64 }
+
+// MaxHistogramBuckets is the most buckets SeqNoHistogram asks for in one
+// request: below search.max_buckets of every engine (10,000 on
+// Elasticsearch 7.0–7.8, 65,535 or more since).
+const MaxHistogramBuckets = 5000
+
+// MaxHistogramSpans is the most spans one SeqNoHistogram request joins, far
+// below indices.query.bool.max_clause_count (1,024 at least).
+const MaxHistogramSpans = 512
+
+// SeqNoHistogram counts the live documents of one shard per bucket of
+// interval seq nos, over the union of spans: a histogram aggregation on
+// _seq_no, size 0, pinned like Count. It returns doc counts by bucket start
+// (empty buckets are absent). The spans must be sorted and disjoint, and
+// may cover at most MaxHistogramBuckets buckets and MaxHistogramSpans
+// spans. A partial, timed-out or malformed answer (a key that is not a
+// multiple of interval, or outside the spans) is an error.
+func (c *Client) SeqNoHistogram(ctx context.Context, index string, shard int, node string, spans []SeqSpan, interval int64) (map[int64]int64, error) {
+	op := fmt.Sprintf("histogram of _seq_no in shard %d of %s", shard, index)
+	if interval <= 0 || len(spans) == 0 || len(spans) > MaxHistogramSpans {
+		return nil, fmt.Errorf("%s: %d spans at interval %d: want 1..%d spans and an interval above 0", op, len(spans), interval, MaxHistogramSpans)
+	}
+	var buckets int64
+	clauses := make([]any, len(spans))
+	for i, s := range spans {
+		if s.UpTo <= s.After || (i > 0 && s.After < spans[i-1].UpTo) {
+			return nil, fmt.Errorf("%s: span (%d, %d] is empty or out of order", op, s.After, s.UpTo)
+		}
+		buckets += floorDiv(s.UpTo, interval) - floorDiv(s.After+1, interval) + 1
+		clauses[i] = map[string]any{"range": map[string]any{"_seq_no": map[string]any{"gt": s.After, "lte": s.UpTo}}}
+	}
+	if buckets > MaxHistogramBuckets {
+		return nil, fmt.Errorf("%s: the spans cover %d buckets, more than %d", op, buckets, MaxHistogramBuckets)
+	}
+	query := clauses[0]
+	if len(clauses) > 1 {
+		query = map[string]any{"bool": map[string]any{"should": clauses, "minimum_should_match": 1}}
+	}
+	body := map[string]any{
+		"size":             0,
+		"track_total_hits": false,
+		"query":            query,
+		"aggs":             map[string]any{"seq": map[string]any{"histogram": map[string]any{"field": "_seq_no", "interval": interval, "min_doc_count": 1}}},
+	}
+	var r struct {
+		TimedOut     *bool        `json:"timed_out"`
+		Shards       shardsHeader `json:"_shards"`
+		Aggregations struct {
+			Seq *struct {
+				Buckets []struct {
+					Key      *float64 `json:"key"`
+					DocCount *int64   `json:"doc_count"`
+				} `json:"buckets"`
+			} `json:"seq"`
+		} `json:"aggregations"`
+	}
+	path := "/" + url.PathEscape(index) + "/_search?preference=" + shardPreference(shard, node)
+	if err := c.do(ctx, op, http.MethodPost, path, body, &r); err != nil {
+		return nil, err
+	}
+	if err := r.Shards.check(op); err != nil {
+		return nil, err
+	}
+	if r.TimedOut == nil || *r.TimedOut {
+		return nil, &Error{Op: op, Status: 200, Reason: "the aggregation timed out (or the answer has no timed_out)", Err: ErrPartial}
+	}
+	if r.Shards.Total != 1 || r.Aggregations.Seq == nil {
+		return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("an answer over %d shards without the histogram, want shard %d alone", r.Shards.Total, shard), Err: ErrMalformed}
+	}
+	out := make(map[int64]int64, len(r.Aggregations.Seq.Buckets))
+	for _, b := range r.Aggregations.Seq.Buckets {
+		if b.Key == nil || b.DocCount == nil || *b.DocCount < 0 || *b.Key != math.Trunc(*b.Key) || math.Abs(*b.Key) > 1<<53 {
+			return nil, &Error{Op: op, Status: 200, Reason: "a histogram bucket without a whole key or a doc count", Err: ErrMalformed}
+		}
+		key := int64(*b.Key)
+		if key%interval != 0 || !spansTouch(spans, key, key+interval-1) {
+			return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("histogram bucket %d is not a multiple of %d inside the spans asked for", key, interval), Err: ErrMalformed}
+		}
+		if _, dup := out[key]; dup {
+			return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("histogram bucket %d appears twice", key), Err: ErrMalformed}
+		}
+		if *b.DocCount > 0 {
+			out[key] = *b.DocCount
+		}
+	}
+	return out, nil
+}
+
+// spansTouch reports whether [lo, hi] meets one of the spans.
+func spansTouch(spans []SeqSpan, lo, hi int64) bool {
+	for _, s := range spans {
+		if lo <= s.UpTo && hi > s.After {
+			return true
+		}
+	}
+	return false
+}
+
+// floorDiv is a/b rounded down (b > 0).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
