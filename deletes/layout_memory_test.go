@@ -6,19 +6,23 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
 
 // TestDeliveredLayout_Memory measures, with a real redis-server, the bytes
-// per delivered id of today's layout (one set per shard, plus the routing
-// hash when every id is routed) and of the per-seq-range hashes issue #17
-// proposes (with or without the shard's counts hash, field range -> ids) (one hash per K seq nos of a shard, field id -> seq no offset in
-// the range, listpack-encoded under the default hash-max-listpack-entries
-// 128 and -value 64). It logs two figures per layout: MEMORY USAGE summed
+// per delivered id of the feed's layout as its commits write it (delivered
+// ranges of redisx.RangeSize seq nos and their counts hash; it fails above
+// 40 B/id), of the layout before it (one set per shard, plus the routing
+// hash when every id is routed) and of variants of the range hashes (one
+// hash per K seq nos of a shard, field id -> seq no offset in the range,
+// listpack-encoded under the default hash-max-listpack-entries 128 and
+// -value 64; with or without the counts hash). It logs two figures per layout: MEMORY USAGE summed
 // over the layout's keys (SAMPLES 0), and the growth of INFO used_memory,
 // which also counts the main dictionary's buckets. Run it with
 //
@@ -46,8 +50,14 @@ func TestDeliveredLayout_Memory(t *testing.T) {
 		absolute bool
 		// counts adds the shard's counts hash: field range -> ids in it.
 		counts bool
+		// commit writes the feed's own layout, through checkpoint.Store's
+		// commits (redisx.RangeSize, counts hash): it must stay within the
+		// issue's 40 B per id.
+		commit bool
 	}
 	layouts := []layout{
+		{name: "feed: Store.Commit", density: 1, commit: true},
+		{name: "feed: Store.Commit, density 0.5", density: 0.5, commit: true},
 		{name: "set", density: 1},
 		{name: "set+routing", density: 1, routed: true},
 		{name: "ranges_K128", density: 1, k: 128},
@@ -66,8 +76,23 @@ func TestDeliveredLayout_Memory(t *testing.T) {
 				if err := rdb.FlushAll(ctx).Err(); err != nil {
 					t.Fatal(err)
 				}
+				var written []string
 				before := usedMemory(t, rdb)
-				written := writeLayout(t, rdb, keys, uuid, shard, ids, l.k, l.density, l.routed, l.absolute, l.counts)
+				if l.commit {
+					// A new lease and store: FLUSHALL dropped the last one's.
+					lease, _ := redisx.NewLease(redisx.LeaseConfig{Client: rdb, Key: keys.Lease(), TTL: time.Hour})
+					if ok, err := lease.TryAcquire(ctx); !ok || err != nil {
+						t.Fatalf("lease: %v %v", ok, err)
+					}
+					store, err := checkpoint.New(checkpoint.Config{Client: rdb, Keys: keys, Lease: lease})
+					if err != nil {
+						t.Fatal(err)
+					}
+					before = usedMemory(t, rdb)
+					written = commitLayout(t, store, keys, uuid, shard, ids, l.density)
+				} else {
+					written = writeLayout(t, rdb, keys, uuid, shard, ids, l.k, l.density, l.routed, l.absolute, l.counts)
+				}
 				after := usedMemory(t, rdb)
 				var usage int64
 				for start := 0; start < len(written); start += 10_000 {
@@ -84,7 +109,7 @@ func TestDeliveredLayout_Memory(t *testing.T) {
 					}
 				}
 				probe := written[0] // a range hash or today's set, not the counts hash
-				if strings.HasSuffix(probe, ":counts") {
+				if strings.HasSuffix(probe, ":counts") || strings.Contains(probe, ":dlvcount:") {
 					probe = written[1]
 				}
 				enc, err := rdb.ObjectEncoding(ctx, probe).Result()
@@ -93,12 +118,40 @@ func TestDeliveredLayout_Memory(t *testing.T) {
 				}
 				t.Logf("%-30s ids=%-8d keys=%-6d encoding=%-9s MEMORY USAGE %6.1f B/id, used_memory %6.1f B/id",
 					l.name, n, len(written), enc, float64(usage)/float64(n), float64(after-before)/float64(n))
-				if l.k > 0 && l.k <= 128 && enc != "listpack" {
+				if (l.k > 0 && l.k <= 128 || l.commit) && enc != "listpack" {
 					t.Errorf("a range hash of K=%d is %s-encoded, want listpack", l.k, enc)
+				}
+				if perID := float64(usage) / float64(n); l.commit && perID > 40 {
+					t.Errorf("the feed's layout takes %.1f B per delivered id, want <= 40", perID)
 				}
 			})
 		}
 	}
+}
+
+// commitLayout delivers ids through the store's commits (1,000 per
+// commit, as the relay's pages), id i at seq no i/density, and returns the
+// keys written: the counts hash first.
+func commitLayout(tb testing.TB, store *checkpoint.Store, keys redisx.Keys, uuid string, shard int, ids []string, density float64) []string {
+	tb.Helper()
+	id := checkpoint.ShardID{IndexUUID: uuid, Shard: shard}
+	order := []string{keys.DeliveredCounts(uuid, shard)}
+	last := int64(-1)
+	for start := 0; start < len(ids); start += 1000 {
+		docs := make([]checkpoint.Doc, 0, 1000)
+		for i := start; i < min(start+1000, len(ids)); i++ {
+			seq := int64(float64(i) / density)
+			docs = append(docs, checkpoint.Doc{ID: ids[i], SeqNo: seq})
+			if r := checkpoint.Range(seq); r != last {
+				order = append(order, keys.DeliveredRange(uuid, shard, r))
+				last = r
+			}
+		}
+		if err := store.Commit(context.Background(), checkpoint.Batch{Delivered: map[checkpoint.ShardID][]checkpoint.Doc{id: docs}}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return order
 }
 
 // writeLayout writes ids in one layout and returns the keys it wrote. Id i

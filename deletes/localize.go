@@ -200,17 +200,9 @@ func (f finding) intersect(g finding) finding {
 //  3. the re-check of the candidates by id, after a refresh, and the wait
 //     until the global checkpoint covers what it saw.
 func (s *Scanner) localize(ctx context.Context, ec *es.Client, sh Shard, sc0 es.ShardCheckpoints, counts map[int64]int64, total, count int64, fail scanError) (finding, error) {
-	cluster := map[int64]int64{}
-	for after := sh.Origin; after < sh.Checkpoint; {
-		upTo := min(sh.Checkpoint, (checkpoint.Range(after+1)+es.MaxHistogramBuckets)*K-1)
-		h, err := ec.SeqNoHistogram(ctx, sh.Index, sh.Shard, sc0.Node, []es.SeqSpan{{After: after, UpTo: upTo}}, K)
-		if err != nil {
-			return finding{}, fail.abort("%v", err)
-		}
-		for key, n := range h {
-			cluster[key/K] += n
-		}
-		after = upTo
+	cluster, err := s.rangeCounts(ctx, ec, sh, sc0, fail)
+	if err != nil {
+		return finding{}, err
 	}
 	var differ []int64
 	var sum int64
@@ -292,6 +284,18 @@ func (s *Scanner) localize(ctx context.Context, ec *es.Client, sh Shard, sc0 es.
 		}
 	}
 	if len(f.gone) > 0 {
+		// A document deleted after the histogram was live then, so its
+		// other entries may lie in ranges that did not differ: a stale
+		// entry found gone here would leave its current entry behind, and
+		// a later scan would delete the document a second time. The
+		// ranges that differ now, and did not before, are read for them.
+		// (Any other document gone since was deleted above the checkpoint:
+		// the relay counts its delete as a gap, and a later scan finds it.)
+		more, err := s.sweep(ctx, ec, sh, sc0, counts, differ, f.goneIDs(), fail)
+		if err != nil {
+			return finding{}, err
+		}
+		f.gone = append(f.gone, more...)
 		// Everything the re-check saw must be at or below the global
 		// checkpoint: only then can no failover undo the deletes it saw.
 		if err := s.waitDurable(ctx, ec, sh, sc0); err != nil {
@@ -299,6 +303,56 @@ func (s *Scanner) localize(ctx context.Context, ec *es.Client, sh Shard, sc0 es.
 		}
 	}
 	return f, nil
+}
+
+// rangeCounts is the cluster's side: live documents per delivered range
+// in (origin, checkpoint], from histograms at interval K.
+func (s *Scanner) rangeCounts(ctx context.Context, ec *es.Client, sh Shard, sc0 es.ShardCheckpoints, fail scanError) (map[int64]int64, error) {
+	cluster := map[int64]int64{}
+	for after := sh.Origin; after < sh.Checkpoint; {
+		upTo := min(sh.Checkpoint, (checkpoint.Range(after+1)+es.MaxHistogramBuckets)*K-1)
+		h, err := ec.SeqNoHistogram(ctx, sh.Index, sh.Shard, sc0.Node, []es.SeqSpan{{After: after, UpTo: upTo}}, K)
+		if err != nil {
+			return nil, fail.abort("%v", err)
+		}
+		for key, n := range h {
+			cluster[key/K] += n
+		}
+		after = upTo
+	}
+	return cluster, nil
+}
+
+// sweep returns the entries of gone ids in the ranges that differ now but
+// did not in the first histogram (differ, sorted).
+func (s *Scanner) sweep(ctx context.Context, ec *es.Client, sh Shard, sc0 es.ShardCheckpoints, counts map[int64]int64, differ []int64, gone []string, fail scanError) ([]checkpoint.Doc, error) {
+	if err := ec.Refresh(ctx, sh.Index); err != nil {
+		return nil, fail.abort("%v", err)
+	}
+	cluster, err := s.rangeCounts(ctx, ec, sh, sc0, fail)
+	if err != nil {
+		return nil, err
+	}
+	var more []int64
+	for r, n := range counts {
+		if _, seen := slices.BinarySearch(differ, r); !seen && cluster[r] != n {
+			more = append(more, r)
+		}
+	}
+	if len(more) == 0 {
+		return nil, nil
+	}
+	entries, err := checkpoint.ReadRanges(ctx, s.cfg.Client, s.cfg.Keys, sh.id(), more, counts)
+	if err != nil {
+		return nil, fail.abort("%v", err)
+	}
+	var out []checkpoint.Doc
+	for _, e := range entries {
+		if _, ok := slices.BinarySearch(gone, e.ID); ok {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
 // liveSeqNos reads which seq nos of some ranges (sorted), up to the

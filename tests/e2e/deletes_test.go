@@ -6,11 +6,13 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/deletes"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay"
@@ -383,49 +385,136 @@ func TestDeletes_MassDeleteIsConfirmed(t *testing.T) {
 		t.Fatalf("%d deletes, want 8", n)
 	}
 	st := f.scanner.Stats()
-	if st.Confirmations != 1 || st.Listings != 2 {
-		t.Fatalf("confirmations %d, listings %d: want the 80%% delete confirmed by a second listing", st.Confirmations, st.Listings)
+	if st.Confirmations != 1 || st.RangesCompared != 2 || st.Listings != 0 {
+		t.Fatalf("confirmations %d, ranges compared %d, listings %d: want the 80%% delete confirmed by a second comparison of the shard's one range, and no listing",
+			st.Confirmations, st.RangesCompared, st.Listings)
 	}
 	if !strings.Contains(logs.String(), "confirming with a second scan") {
 		t.Errorf("no log of the confirmation:\n%s", logs)
 	}
 }
 
-// TestDeletes_Flavors: deletes are found on every flavor, with each
-// listing path (ES and OpenSearch point in time, scroll). On a real cluster:
-// its own flavor, with each listing path.
+// TestDeletes_Flavors: deletes are found on every flavor, by comparing
+// seq-no ranges (no listing of ids), and on a feed written before delivered
+// ranges by its migration, with each listing path (ES and OpenSearch point
+// in time, scroll): its first scans list every live id, move the delivered
+// sets into ranges and emit the deletes, each once. On a real cluster: its
+// own flavor.
 func TestDeletes_Flavors(t *testing.T) {
 	flavors := esemu.Flavors
 	if realClusterEnv(t) != nil {
 		flavors = []esemu.Flavor{"real"}
 	}
 	for _, fl := range flavors {
-		for _, listing := range []string{"pit", "scroll"} {
-			t.Run(string(fl)+"/"+listing, func(t *testing.T) {
+		for _, mode := range []string{"ranges", "migrate-pit", "migrate-scroll"} {
+			t.Run(string(fl)+"/"+mode, func(t *testing.T) {
 				c := esCluster(t, esemu.Config{Flavor: fl, Nodes: 2})
 				ix := c.Index("flavored")
 				createIndex(t, c, ix, 2, 1)
 				srv := redistest.Start(t)
 				view, counter := relayCounted(t, c)
-				f := startRelayDeletes(t, view, srv.URL(), "flavored", []string{ix}, func(dc *deletes.Config) {
-					dc.Listing = listing
+				listing, migrate := strings.CutPrefix(mode, "migrate-")
+				dmod := func(dc *deletes.Config) {
+					if migrate {
+						dc.Listing = listing
+					}
 					dc.PageSize = 7
-				}, nil)
+				}
+				var first func(*deletes.Config) // the old version: no scans
+				if !migrate {
+					first = dmod
+				}
+				f := startRelayDeletes(t, view, srv.URL(), "flavored", []string{ix}, first, nil)
 				for i := 0; i < 40; i++ {
-					mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/%d", c.URL(), ix, i), `{}`)
+					mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/%d?routing=r%d", c.URL(), ix, i, i%3), `{}`)
 				}
 				waitCaughtUp(t, c, f.store, []string{ix}, 10*time.Second)
+				uuid := indexUUID(t, c, ix)
+				if migrate {
+					f.halt()
+					toOldLayout(t, f, uuid, 2)
+					f = startRelayDeletes(t, view, srv.URL(), "flavored", []string{ix}, dmod, nil)
+				}
 				for i := 0; i < 40; i += 4 {
-					mustDo(t, "DELETE", fmt.Sprintf("%s/%s/_doc/%d", c.URL(), ix, i), "")
+					mustDo(t, "DELETE", fmt.Sprintf("%s/%s/_doc/%d?routing=r%d", c.URL(), ix, i, i%3), "")
 				}
 				evs := waitMirror(t, c, f, ix, 15*time.Second)
 				if n := checkDeletes(t, c, ix, evs); n != 10 {
 					t.Fatalf("%d deletes, want 10", n)
 				}
-				if reqs := counter.RequestCounts(); (listing == "pit") != (reqs[esemu.KindPIT] > 0) || (listing == "scroll") != (reqs[esemu.KindScroll] > 0) {
-					t.Fatalf("listing %s, but requests were %v", listing, reqs)
+				for _, e := range evs {
+					if e.Op == redisx.OpDelete && e.Routing != "r"+strconv.Itoa(mustAtoi(t, e.ID)%3) {
+						t.Errorf("delete of %s has routing %q", e.ID, e.Routing)
+					}
+				}
+				reqs := counter.RequestCounts()
+				if listed := reqs[esemu.KindPIT] + reqs[esemu.KindScroll]; !migrate && listed != 0 ||
+					migrate && ((listing == "pit") != (reqs[esemu.KindPIT] > 0) || (listing == "scroll") != (reqs[esemu.KindScroll] > 0)) {
+					t.Fatalf("%s, but requests were %v", mode, reqs)
+				}
+				if migrate {
+					waitOldLayoutGone(t, f, uuid, 2, 15*time.Second)
+					if st := f.scanner.Stats(); st.Migrated != 2 || st.ListedIDs == 0 {
+						t.Errorf("scanner stats %+v: want 2 shards migrated by listings", st)
+					}
 				}
 			})
 		}
 	}
+}
+
+// toOldLayout rewrites a stopped feed's delivered ranges of an index as
+// the version before them kept delivered ids: one set per shard and a
+// hash of the custom routing values.
+func toOldLayout(tb testing.TB, f *feed, uuid string, shards int) {
+	tb.Helper()
+	ctx := context.Background()
+	for n := 0; n < shards; n++ {
+		id := checkpoint.ShardID{IndexUUID: uuid, Shard: n}
+		docs, err := checkpoint.ReadDelivered(ctx, f.rdb, f.keys, id)
+		if err != nil || len(docs) == 0 {
+			tb.Fatalf("shard %d: %d delivered, %v", n, len(docs), err)
+		}
+		for _, d := range docs {
+			f.rdb.SAdd(ctx, f.keys.Delivered(uuid, n), d.ID)
+			if d.Routing != "" {
+				f.rdb.HSet(ctx, f.keys.Routing(uuid, n), d.ID, d.Routing)
+			}
+			f.rdb.Del(ctx, f.keys.DeliveredRange(uuid, n, checkpoint.Range(d.SeqNo)))
+		}
+		f.rdb.Del(ctx, f.keys.DeliveredCounts(uuid, n))
+	}
+}
+
+// waitOldLayoutGone waits until no shard of the index has a set or
+// routing hash of the layout before delivered ranges.
+func waitOldLayoutGone(tb testing.TB, f *feed, uuid string, shards int, timeout time.Duration) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var left []string
+		for n := 0; n < shards; n++ {
+			for _, k := range []string{f.keys.Delivered(uuid, n), f.keys.Routing(uuid, n)} {
+				if x, _ := f.rdb.Exists(context.Background(), k).Result(); x != 0 {
+					left = append(left, k)
+				}
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the old layout's keys remain after %s: %v", timeout, left)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func mustAtoi(tb testing.TB, s string) int {
+	tb.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		tb.Fatalf("%q: %v", s, err)
+	}
+	return n
 }

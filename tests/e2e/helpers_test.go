@@ -182,7 +182,8 @@ func startRelayDeletes(tb testing.TB, c backend, redisURL, feedName string, indi
 func (f *feed) halt() {
 	f.stop()
 	select {
-	case <-f.done:
+	case err := <-f.done:
+		f.done <- err // for the next halt (a test's own, then its cleanup's)
 	case <-time.After(10 * time.Second):
 	}
 }
