@@ -284,14 +284,27 @@ func (s *Scanner) localize(ctx context.Context, ec *es.Client, sh Shard, sc0 es.
 		}
 	}
 	if len(f.gone) > 0 {
-		// A document deleted after the histogram was live then, so its
-		// other entries may lie in ranges that did not differ: a stale
+		// A document deleted after the histograms was live then, so its
+		// other entries were no candidates, in ranges read or not: a stale
 		// entry found gone here would leave its current entry behind, and
-		// a later scan would delete the document a second time. The
-		// ranges that differ now, and did not before, are read for them.
+		// a later scan would delete the document a second time. So its
+		// entries in the ranges read go too, and the ranges that differ
+		// now, and did not before, are read for the others.
 		// (Any other document gone since was deleted above the checkpoint:
 		// the relay counts its delete as a gap, and a later scan finds it.)
-		more, err := s.sweep(ctx, ec, sh, sc0, counts, differ, f.goneIDs(), fail)
+		gone := f.goneIDs()
+		found := make(map[checkpoint.Doc]bool, len(f.gone))
+		for _, e := range f.gone {
+			found[e] = true
+		}
+		for _, e := range entries {
+			// Live at its seq no when the seq nos were read, so not a
+			// candidate: gone since.
+			if _, ok := slices.BinarySearch(gone, e.ID); ok && !found[e] {
+				f.gone = append(f.gone, e)
+			}
+		}
+		more, err := s.sweep(ctx, ec, sh, sc0, counts, differ, gone, fail)
 		if err != nil {
 			return finding{}, err
 		}

@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -361,53 +362,65 @@ func TestScanner_MigratesOldSets(t *testing.T) {
 // TestScanner_DeleteDuringTheScan: a document with a stale entry (moved to
 // a later range by an update) is deleted after the scan's histogram and
 // before its re-check. The scan finds it gone through the stale entry, and
-// must also remove its current entry, in a range that did not differ when
-// the histogram ran: otherwise the next scan deletes it a second time.
+// must also remove its current entry, live when the seq nos were read,
+// whether its range did not differ then or did (another delete in it):
+// otherwise the next scan deletes it a second time.
 func TestScanner_DeleteDuringTheScan(t *testing.T) {
-	f := newFeedFixture(t, "during")
-	ids := docIDs("doc", 300)
-	f.write(ids, false, "")
-	f.deliver(f.live())
-	f.write([]string{ids[0]}, false, "") // moves doc-0000 from range 0 to range 4
-	f.deliver(f.live()[299:])
-	if last := f.live()[299]; last.ID != ids[0] || checkpoint.Range(last.SeqNo) == 0 {
-		t.Fatalf("setup: the update is %+v, want %s in a later range", last, ids[0])
-	}
-	// The scanner's cluster: the emulator, behind a proxy that deletes
-	// doc-0000 just before the first re-check (an ids query) goes through.
-	target, _ := url.Parse(f.url)
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	var once sync.Once
-	director := proxy.Director
-	proxy.Director = func(r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/_search") && r.Body != nil {
-			body, _ := io.ReadAll(r.Body)
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			if bytes.Contains(body, []byte(`"ids"`)) {
-				once.Do(func() { f.write([]string{ids[0]}, true, "") })
+	for _, neighbour := range []bool{false, true} {
+		t.Run("current entry's range differs "+strconv.FormatBool(neighbour), func(t *testing.T) {
+			f := newFeedFixture(t, "during-"+strconv.FormatBool(neighbour))
+			ids := docIDs("doc", 300)
+			f.write(ids, false, "")
+			f.deliver(f.live())
+			f.write([]string{ids[0]}, false, "") // moves doc-0000 from range 0 to range 4
+			f.deliver(f.live()[299:])
+			if last := f.live()[299]; last.ID != ids[0] || checkpoint.Range(last.SeqNo) == 0 {
+				t.Fatalf("setup: the update is %+v, want %s in a later range", last, ids[0])
 			}
-		}
-		director(r)
-	}
-	front := httptest.NewServer(proxy)
-	t.Cleanup(front.Close)
-	var err error
-	if f.es, err = es.New(es.Config{URLs: []string{front.URL}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.es.Info(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	sc := f.scanner()
-	if res := f.scan(sc, 1); res.Deleted != 1 {
-		t.Fatalf("the scan deleted %d, want 1 (%s)", res.Deleted, ids[0])
-	}
-	f.checkRecorded("after the scan", f.live())
-	// The relay reads past the delete (a gap) and scans again.
-	if res := f.scan(sc, 1); res.Deleted != 0 {
-		t.Errorf("the next scan deleted %d again", res.Deleted)
-	}
-	if got := f.deleteEvents(); len(got) != 1 {
-		t.Errorf("delete events %v, want one for %s", got, ids[0])
+			if neighbour {
+				f.write([]string{ids[260]}, true, "") // makes range 4 differ too
+			}
+			// The scanner's cluster: the emulator, behind a proxy that deletes
+			// doc-0000 just before the first re-check (an ids query) goes through.
+			target, _ := url.Parse(f.url)
+			proxy := httputil.NewSingleHostReverseProxy(target)
+			var once sync.Once
+			director := proxy.Director
+			proxy.Director = func(r *http.Request) {
+				if strings.HasSuffix(r.URL.Path, "/_search") && r.Body != nil {
+					body, _ := io.ReadAll(r.Body)
+					r.Body = io.NopCloser(bytes.NewReader(body))
+					if bytes.Contains(body, []byte(`"ids"`)) {
+						once.Do(func() { f.write([]string{ids[0]}, true, "") })
+					}
+				}
+				director(r)
+			}
+			front := httptest.NewServer(proxy)
+			t.Cleanup(front.Close)
+			var err error
+			if f.es, err = es.New(es.Config{URLs: []string{front.URL}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.es.Info(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			sc := f.scanner()
+			want := 1
+			if neighbour {
+				want = 2
+			}
+			if res := f.scan(sc, 1); res.Deleted != want {
+				t.Fatalf("the scan deleted %d, want %d", res.Deleted, want)
+			}
+			f.checkRecorded("after the scan", f.live())
+			// The relay reads past the delete (a gap) and scans again.
+			if res := f.scan(sc, 1); res.Deleted != 0 {
+				t.Errorf("the next scan deleted %d again", res.Deleted)
+			}
+			if got := f.deleteEvents(); len(got) != want {
+				t.Errorf("delete events %v, want %d", got, want)
+			}
+		})
 	}
 }
