@@ -168,10 +168,11 @@ func TestDeletes_Mirror(t *testing.T) {
 		}
 	}
 	st := f.scanner.Stats()
-	t.Logf("documents %d, stream entries %d, delete events %d (writers deleted %d ids); scans due %d: saved by gap proof %d, by count proof %d, listings %d, aborted %d",
-		len(final), len(evs), n, writerDeletes, st.Due, st.SavedByGap, st.SavedByCount, st.Listings, st.Aborted)
-	if n == 0 || st.Listings == 0 {
-		t.Fatalf("no delete was ever found (%d events, %d listings): the test did not exercise scans", n, st.Listings)
+	t.Logf("documents %d, stream entries %d, delete events %d (writers deleted %d ids); scans due %d: saved by gap proof %d, by count proof %d, localized %d (ranges compared %d, differed %d, seq nos read %d, stale entries %d), listings %d, aborted %d",
+		len(final), len(evs), n, writerDeletes, st.Due, st.SavedByGap, st.SavedByCount, st.Localized, st.RangesCompared, st.RangesDiffered,
+		st.SeqNosRead, st.StaleRemoved, st.Listings, st.Aborted)
+	if n == 0 || st.Localized == 0 || st.Listings != 0 {
+		t.Fatalf("%d delete events, %d localized scans, %d listings: want deletes found by localized scans, no listing", n, st.Localized, st.Listings)
 	}
 }
 

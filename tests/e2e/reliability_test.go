@@ -26,6 +26,7 @@ import (
 	"github.com/es-changefeed/es-changefeed/deletes"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay"
+	"github.com/es-changefeed/es-changefeed/relay/es"
 	"github.com/es-changefeed/es-changefeed/tests/esemu"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
@@ -573,9 +574,12 @@ func TestReliability_ESFaults(t *testing.T) {
 		{Kind: esemu.KindSearch, TimedOut: true, Count: 3},
 		{Kind: esemu.KindSearch, Delay: 300 * time.Millisecond, Count: 2},
 		{Kind: esemu.KindCount, Status: 503, Count: 3},
-		{Kind: esemu.KindPIT, Status: 429, Count: 2},
+		// Searches are reads and the scans' histograms and re-checks
+		// (listings, by PIT or scroll, only move a feed of the version
+		// before delivered ranges: TestDeletes_Flavors).
+		{Kind: esemu.KindSearch, Status: 503, Count: 2},
 		{Kind: esemu.KindSearch, Drop: true, Count: 2},
-		{Kind: esemu.KindPIT, Delay: 200 * time.Millisecond, Count: 2},
+		{Kind: esemu.KindSearch, Delay: 200 * time.Millisecond, Count: 2},
 		// The targets' resolution, every round: a relay must retry it as
 		// it retries reads (a real node killed under it reset the
 		// connection, and the relay exited).
@@ -608,9 +612,9 @@ func TestReliability_ESFaults(t *testing.T) {
 			t.Errorf("logs do not mention %q:\n%s", want, out)
 		}
 	}
-	// Eight 429s (six on searches, two on PIT opens) are at most three
-	// states — the relay's reads, the scanner's listing searches, its PIT
-	// opens — each logged once, not once per retry.
+	// Six 429s on searches are at most three states — the relay's reads,
+	// the scanner's histograms, its re-checks — each logged once, not once
+	// per retry.
 	n429 := 0
 	for _, line := range strings.Split(out, "\n") {
 		if strings.Contains(line, "HTTP 429") {
@@ -618,7 +622,7 @@ func TestReliability_ESFaults(t *testing.T) {
 		}
 	}
 	if n429 == 0 || n429 > 3 {
-		t.Errorf("eight 429s were logged in %d lines, want 1 to 3:\n%s", n429, out)
+		t.Errorf("six 429s were logged in %d lines, want 1 to 3:\n%s", n429, out)
 	}
 	if a.Deletes == 0 {
 		t.Error("no delete event: the faults never met a delete scan")
@@ -642,22 +646,33 @@ func waitFaultsTaken(tb testing.TB, c *esemu.Cluster, timeout time.Duration) {
 }
 
 // TestReliability_ESFaultsDuringScans: shard copies fail searches during
-// listings, listing requests fail or time out, and nodes die mid-scan, over
-// many rounds, for both listing methods: zero false deletes; scans retry
-// and complete once the faults clear.
+// scans (histograms, re-checks), scan requests fail or time out, and nodes
+// die mid-scan, over many rounds: zero false deletes; scans retry and
+// complete once the faults clear. Run twice, the second time from delivered
+// sets of the version before ranges, so that the first scans list every id
+// (by PIT) to move them into ranges, under the same faults.
 func TestReliability_ESFaultsDuringScans(t *testing.T) {
 	t.Parallel()
-	for _, listing := range []string{"pit", "scroll"} {
-		t.Run(listing, func(t *testing.T) {
+	for _, mode := range []string{"ranges", "migrating"} {
+		t.Run(mode, func(t *testing.T) {
 			c := cluster(t, esemu.Config{Nodes: 3, OutOfOrder: true, NodeLeftDelay: 200 * time.Millisecond})
 			createIndex(t, c, "flaky", 2, 1)
 			srv := redistest.Start(t)
-			f := startRelayDeletes(t, c, srv.URL(), "flaky", []string{"flaky"}, func(dc *deletes.Config) {
+			dmod := func(dc *deletes.Config) {
 				dc.Interval = 50 * time.Millisecond
-				dc.Listing = listing
+				dc.Listing = es.ListingPIT
 				dc.PageSize = 25
-			}, nil)
+			}
 			stopWriters := startWriters(t, c, "flaky", 2, 5, true, true)
+			var f *feed
+			if mode == "migrating" {
+				// The old version delivers for a while, without scans.
+				f = startRelayDeletes(t, c, srv.URL(), "flaky", []string{"flaky"}, nil, nil)
+				time.Sleep(time.Second)
+				f.halt()
+				toOldLayout(t, f, indexUUID(t, c, "flaky"), 2)
+			}
+			f = startRelayDeletes(t, c, srv.URL(), "flaky", []string{"flaky"}, dmod, nil)
 			rng := rand.New(rand.NewPCG(9, 9))
 			faults := 0
 			for round := 0; round < 60; round++ {
@@ -667,14 +682,13 @@ func TestReliability_ESFaultsDuringScans(t *testing.T) {
 					copySel := []string{esemu.CopyAny, esemu.CopyPrimary, esemu.CopyReplica}[rng.IntN(3)]
 					_ = c.FailShardSearches("flaky", rng.IntN(2), copySel, 1+rng.IntN(3))
 				case 1:
+					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindSearch, Status: 503})
 					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindPIT, Status: 503})
-					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindScroll, Status: 500})
 				case 2:
-					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindScroll, TimedOut: true})
 					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindSearch, TimedOut: true, Count: 2})
 				case 3:
 					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindCount, Status: 429})
-					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindScroll, Drop: true})
+					_ = c.InjectFault(esemu.Fault{Kind: esemu.KindSearch, Drop: true})
 				case 4:
 					n := rng.IntN(3)
 					if err := c.KillNode(n); err == nil {
@@ -690,13 +704,16 @@ func TestReliability_ESFaultsDuringScans(t *testing.T) {
 			a := auditStream(t, c, f, []string{"flaky"}, nil, 30*time.Second)
 			st := f.scanner.Stats()
 			if st.Aborted == 0 {
-				// On a loaded machine few listings run; the audit still holds.
-				t.Logf("no scan was aborted this run: the faults did not meet a listing")
+				// On a loaded machine few scans run; the audit still holds.
+				t.Logf("no scan was aborted this run: the faults did not meet a scan")
 			}
-			record(t, figure{Scenario: "ES faults and node kills during delete scans (" + listing + " listings)", Faults: faults,
+			if mode == "migrating" {
+				waitOldLayoutGone(t, f, indexUUID(t, c, "flaky"), 2, 30*time.Second)
+			}
+			record(t, figure{Scenario: "ES faults and node kills during delete scans (" + mode + ")", Faults: faults,
 				Entries: a.Entries, Docs: a.Docs, Lost: a.Lost, Duplicated: a.Duplicated, Wrong: a.Wrong,
-				Note: fmt.Sprintf("%d writes (%d failed by failovers); %d delete events, 0 false; scans due %d, listings %d, aborted %d",
-					ops, failed, a.Deletes, st.Due, st.Listings, st.Aborted)})
+				Note: fmt.Sprintf("%d writes (%d failed by failovers); %d delete events, 0 false; scans due %d, localized %d, listings %d, migrated %d, aborted %d",
+					ops, failed, a.Deletes, st.Due, st.Localized, st.Listings, st.Migrated, st.Aborted)})
 		})
 	}
 }
