@@ -91,7 +91,7 @@ func forgetShardDocs(ctx context.Context, rdb redis.UniversalClient, keys redisx
 		stamp = -1
 	}
 	set := keys.Delivered(g.UUID, n)
-	legacy, err := rdb.Exists(ctx, set).Result()
+	legacy, err := rdb.SCard(ctx, set).Result()
 	if err != nil {
 		return 0, fmt.Errorf("read %s: %w", set, err)
 	}

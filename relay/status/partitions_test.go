@@ -4,9 +4,11 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/status"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
@@ -91,5 +93,49 @@ func TestGather_StaleLagOfAGroupThatReadEverything(t *testing.T) {
 	}
 	if len(rep.Groups) != 1 || rep.Groups[0].Lag != 0 {
 		t.Fatalf("groups %+v: want g with lag 0 (it read the last entry)", rep.Groups)
+	}
+}
+
+// status shows each shard's delivered ids and ranges, and the ids a shard
+// still holds in the layout before ranges, from the feed's keys.
+func TestGather_DeliveredIDs(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	k := redisx.NewKeys("dlv")
+	lease, _ := redisx.NewLease(redisx.LeaseConfig{Client: rdb, Key: k.Lease(), TTL: time.Minute})
+	if ok, err := lease.TryAcquire(ctx); !ok || err != nil {
+		t.Fatalf("lease: %v %v", ok, err)
+	}
+	store, err := checkpoint.New(checkpoint.Config{Client: rdb, Keys: k, Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh0 := checkpoint.ShardID{IndexUUID: "u", Shard: 0}
+	if err := store.Commit(ctx, checkpoint.Batch{
+		Indices:     map[string]checkpoint.IndexInfo{"u": {Name: "i", Target: "i", Shards: 2}},
+		Checkpoints: map[checkpoint.ShardID]int64{sh0: 200},
+		Meta:        map[string]string{"created": "2026-12-01T00:00:00Z"},
+		Delivered:   map[checkpoint.ShardID][]checkpoint.Doc{sh0: {{ID: "a", SeqNo: 1}, {ID: "b", SeqNo: 2}, {ID: "c", SeqNo: 200}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rdb.SAdd(ctx, k.Delivered("u", 1), "x", "y")
+	rep, err := status.Gather(ctx, status.Sources{Redis: rdb, Keys: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Indices) != 1 || len(rep.Indices[0].Shards) != 2 {
+		t.Fatalf("indices %+v", rep.Indices)
+	}
+	s0, s1 := rep.Indices[0].Shards[0], rep.Indices[0].Shards[1]
+	if s0.DeliveredIDs != 3 || s0.DeliveredRanges != 2 || s0.ToMigrate != 0 || s1.DeliveredIDs != 0 || s1.ToMigrate != 2 {
+		t.Errorf("shards %+v %+v: want 3 ids in 2 ranges, and 2 to migrate", s0, s1)
+	}
+	var b strings.Builder
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if want := "delivered ids: 3 in 2 seq-no ranges of 64 over 2 shards (for delete scans); 2 ids of the layout before ranges"; !strings.Contains(b.String(), want) {
+		t.Errorf("text has no %q:\n%s", want, b.String())
 	}
 }

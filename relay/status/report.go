@@ -123,6 +123,15 @@ type Shard struct {
 	GlobalCheckpoint *int64 `json:"global_checkpoint,omitempty"`
 	Lag              *int64 `json:"lag,omitempty"`
 	Gap              int64  `json:"undelivered_since_scan"`
+	// DeliveredIDs and DeliveredRanges: the entries the feed holds for
+	// delete scans (ids delivered and live when last seen; an id updated
+	// to a later range since the last scan counts twice until the scan),
+	// and the range hashes holding them.
+	DeliveredIDs    int64 `json:"delivered_ids"`
+	DeliveredRanges int64 `json:"delivered_ranges"`
+	// ToMigrate: ids in the delivered set of the version before ranges,
+	// moved into ranges by the shard's next delete scan.
+	ToMigrate int64 `json:"delivered_ids_to_migrate,omitempty"`
 }
 
 // Seconds is a duration printed in seconds.
@@ -132,6 +141,25 @@ func dur(d time.Duration) Seconds { return Seconds(d.Seconds()) }
 
 // Duration converts back.
 func (s Seconds) Duration() time.Duration { return time.Duration(float64(s) * float64(time.Second)) }
+
+// delivered reads a shard's delivered ids: the total and size of its
+// counts hash, and the set of the layout before ranges.
+func delivered(ctx context.Context, rdb redis.UniversalClient, k redisx.Keys, id checkpoint.ShardID, sh *Shard) error {
+	var total *redis.StringCmd
+	var fields, old *redis.IntCmd
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		total = p.HGet(ctx, k.DeliveredCounts(id.IndexUUID, id.Shard), "total")
+		fields = p.HLen(ctx, k.DeliveredCounts(id.IndexUUID, id.Shard))
+		old = p.SCard(ctx, k.Delivered(id.IndexUUID, id.Shard))
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("read the delivered ids of shard %s: %w", id, err)
+	}
+	sh.DeliveredIDs, _ = total.Int64()
+	sh.DeliveredRanges = max(0, fields.Val()-1) // all fields but total
+	sh.ToMigrate = old.Val()
+	return nil
+}
 
 // Gather reads the feed's state. Redis errors are returned; a cluster that
 // cannot be read is reported in the report.
@@ -280,6 +308,9 @@ func Gather(ctx context.Context, src Sources) (Report, error) {
 				cp = -1
 			}
 			sh := Shard{Shard: n, Checkpoint: cp, LastCommit: state.CommittedAt[id], Gap: state.Gaps[id]}
+			if err := delivered(ctx, rdb, k, id, &sh); err != nil {
+				return r, err
+			}
 			if asked && !ix.Missing {
 				if sc, ok := st.Shard(n); ok {
 					g, lag := sc.GlobalCheckpoint, max(0, sc.GlobalCheckpoint-cp)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/es-changefeed/es-changefeed/redisx"
 )
 
 // WriteText prints the report as tables.
@@ -35,7 +37,8 @@ func (r Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "cluster: %s\n", r.Cluster)
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "INDEX\tSHARD\tCHECKPOINT\tGLOBAL CHECKPOINT\tLAG\tLAST COMMIT\tUNDELIVERED SINCE SCAN")
+	fmt.Fprintln(tw, "INDEX\tSHARD\tCHECKPOINT\tGLOBAL CHECKPOINT\tLAG\tLAST COMMIT\tUNDELIVERED SINCE SCAN\tDELIVERED IDS")
+	var ids, ranges, migrate, shards int64
 	for _, ix := range r.Indices {
 		name := ix.Name
 		if ix.Missing {
@@ -50,10 +53,20 @@ func (r Report) WriteText(w io.Writer) error {
 			if !sh.LastCommit.IsZero() {
 				last = age(time.Since(sh.LastCommit)) + " ago"
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%d\n", name, sh.Shard, sh.Checkpoint, gcp, lag, last, sh.Gap)
+			dlv := fmt.Sprintf("%d in %d ranges", sh.DeliveredIDs, sh.DeliveredRanges)
+			if sh.ToMigrate > 0 {
+				dlv += fmt.Sprintf(" + %d to migrate", sh.ToMigrate)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%d\t%s\n", name, sh.Shard, sh.Checkpoint, gcp, lag, last, sh.Gap, dlv)
+			ids, ranges, migrate, shards = ids+sh.DeliveredIDs, ranges+sh.DeliveredRanges, migrate+sh.ToMigrate, shards+1
 		}
 	}
 	fmt.Fprintln(tw)
+	line := fmt.Sprintf("delivered ids: %d in %d seq-no ranges of %d over %d shards (for delete scans)", ids, ranges, redisx.RangeSize, shards)
+	if migrate > 0 {
+		line += fmt.Sprintf("; %d ids of the layout before ranges, moved by the shards' next delete scans", migrate)
+	}
+	fmt.Fprintln(tw, line)
 	s := r.Stream
 	if s.Length > 0 {
 		fmt.Fprintf(tw, "stream: %d entries (%d added ever), first %s (%s old), last %s (%s old)\n",
