@@ -179,7 +179,7 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) error {
 	// Every shard without a pending page is read up to its checkpoint: its
 	// delete scan, if due, runs now, before the shard is read further.
 	if r.cfg.Deletes != nil {
-		if _, err := r.scanDeletes(ctx, name, st, cur); err != nil {
+		if err := r.scanDeletes(ctx, name, st, cur); err != nil {
 			return err
 		}
 	}
@@ -240,8 +240,7 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) error {
 
 // scanDeletes runs the due delete scans of the index's shards, each right
 // after the shard was read up to its checkpoint.
-func (r *Relay) scanDeletes(ctx context.Context, name string, st es.IndexStats, cur *cursor) (int, error) {
-	total := 0
+func (r *Relay) scanDeletes(ctx context.Context, name string, st es.IndexStats, cur *cursor) error {
 	for _, sc := range st.Shards {
 		cp, ok := cur.cps[sc.Shard]
 		if !ok || !r.owns(cur.uuid, sc.Shard) {
@@ -267,12 +266,11 @@ func (r *Relay) scanDeletes(ctx context.Context, name string, st es.IndexStats, 
 		case errors.Is(err, deletes.ErrAborted):
 			continue // logged by the scanner; retried next round
 		case err != nil:
-			return total, err
+			return err
 		}
 		cur.gaps[sc.Shard] -= res.GapCleared
-		total += res.Deleted
 	}
-	return total, nil
+	return nil
 }
 
 // load reads the feed's state. The index's uuid is adopted again by the
