@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
@@ -37,6 +38,37 @@ type feedFixture struct {
 	keys  redisx.Keys
 	store *checkpoint.Store
 	uuid  string
+	// metrics is the last scanner's registry.
+	metrics *prometheus.Registry
+}
+
+// metric is the value of one series of the last scanner's metrics.
+func (f *feedFixture) metric(name string, labels ...string) float64 {
+	f.t.Helper()
+	mfs, err := f.metrics.Gather()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					found = found || lp.GetName() == labels[i] && lp.GetValue() == labels[i+1]
+				}
+				if !found {
+					continue series
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	f.t.Fatalf("no series %s %v", name, labels)
+	return 0
 }
 
 func newFeedFixture(t *testing.T, name string) *feedFixture {
@@ -141,8 +173,9 @@ func (f *feedFixture) maxSeqNo() int64 {
 
 func (f *feedFixture) scanner() *deletes.Scanner {
 	f.t.Helper()
+	f.metrics = prometheus.NewPedanticRegistry()
 	sc, err := deletes.New(deletes.Config{ES: f.es, Client: f.rdb, Keys: f.keys, Store: f.store, Interval: time.Nanosecond,
-		DurableWait: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		DurableWait: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: f.metrics})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -283,6 +316,27 @@ func TestScanner_LocalizedScan(t *testing.T) {
 	if st.RangesDiffered > 14 || st.RangesDiffered < 7 || st.SeqNosRead > 14*deletes.K || st.StaleRemoved != 5 {
 		t.Errorf("stats %+v: want 7..14 ranges read, at most %d seq nos, 5 stale entries", st, 14*deletes.K)
 	}
+	for _, m := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"escf_delete_listed_ids_total", nil, 0},
+		{"escf_delete_ranges_total", []string{"result", "compared"}, float64(st.RangesCompared)},
+		{"escf_delete_ranges_total", []string{"result", "differed"}, float64(st.RangesDiffered)},
+		{"escf_delete_seqnos_read_total", nil, float64(st.SeqNosRead)},
+		{"escf_delete_stale_entries_total", nil, 5},
+		{"escf_delete_scans_total", []string{"result", "localized"}, 1},
+		{"escf_delete_scans_total", []string{"result", "listed"}, 0},
+		{"escf_deletes_found_total", nil, 7},
+	} {
+		if got := f.metric(m.name, m.labels...); got != m.want {
+			t.Errorf("%s%v = %g, want %g", m.name, m.labels, got, m.want)
+		}
+	}
+	if st.RangesCompared < 30 { // 2,000 docs and 6 updates: 32 ranges
+		t.Errorf("ranges compared %d, want the shard's 32", st.RangesCompared)
+	}
 	if res := f.scan(sc, 1); res.Deleted != 0 {
 		t.Errorf("the second scan deleted %d", res.Deleted)
 	}
@@ -348,6 +402,12 @@ func TestScanner_MigratesOldSets(t *testing.T) {
 			f.checkRecorded("after the migration", f.live())
 			if st := sc.Stats(); st.Migrated != 1 || st.ListedIDs != int64(len(f.live())) {
 				t.Errorf("stats %+v: want one migration that listed the %d live ids", st, len(f.live()))
+			}
+			if got := f.metric("escf_delete_listed_ids_total"); got != float64(len(f.live())) {
+				t.Errorf("escf_delete_listed_ids_total = %g, want %d", got, len(f.live()))
+			}
+			if got := f.metric("escf_delete_scans_total", "result", "migrated"); got != 1 {
+				t.Errorf(`escf_delete_scans_total{result="migrated"} = %g, want 1`, got)
 			}
 			if gap > 0 {
 				g, _ := f.rdb.HGet(ctx, f.keys.Checkpoints(), redisx.GapField(f.uuid, 0)).Int64()
