@@ -54,7 +54,7 @@ func relayFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "deletes", Usage: "detect deleted documents and emit delete events", Sources: cli.EnvVars("ESCF_DELETES")},
 		&cli.DurationFlag{Name: "delete-scan-interval", Value: deletes.DefaultInterval, Usage: "least time between two delete scans of a shard", Sources: cli.EnvVars("ESCF_DELETE_SCAN_INTERVAL"), Validator: positiveDuration("delete-scan-interval")},
 		&cli.FloatFlag{Name: "max-delete-fraction", Value: deletes.DefaultMaxDeleteFraction, Usage: "a scan deleting more than this share of a shard's documents is confirmed by a second scan first", Sources: cli.EnvVars("ESCF_MAX_DELETE_FRACTION")},
-		&cli.StringFlag{Name: "delete-listing", Value: "auto", Usage: "how scans list live ids: auto, pit or scroll", Sources: cli.EnvVars("ESCF_DELETE_LISTING")},
+		&cli.StringFlag{Name: "delete-listing", Value: "auto", Usage: "how a shard's first scan after the upgrade to delivered ranges lists its live ids (once, to move the delivered set of the older version into ranges): auto, pit or scroll", Sources: cli.EnvVars("ESCF_DELETE_LISTING")},
 		&cli.BoolFlag{Name: "index-deleted-event", Usage: "end a deleted index with its index_deleted event only, without a delete per document first", Sources: cli.EnvVars("ESCF_INDEX_DELETED_EVENT")},
 		&cli.BoolFlag{Name: "trim", Usage: "trim the stream below the oldest entry some consumer group has not acknowledged", Sources: cli.EnvVars("ESCF_TRIM")},
 		&cli.DurationFlag{Name: "trim-interval", Value: relay.DefaultTrimInterval, Usage: "how often --trim trims", Sources: cli.EnvVars("ESCF_TRIM_INTERVAL")},

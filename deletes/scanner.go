@@ -47,18 +47,20 @@ type Config struct {
 	// of a shard's delivered ids is confirmed by a second, independent scan
 	// before anything is emitted. Default 0.5.
 	MaxDeleteFraction float64
-	// Listing is es.ListingPIT, es.ListingScroll or es.ListingAuto (default:
-	// PIT where the cluster has it).
+	// Listing is how a shard still on the delivered set of the version
+	// before ranges is listed, once, to move it into ranges: es.ListingPIT,
+	// es.ListingScroll or es.ListingAuto (default: PIT where the cluster
+	// has it).
 	Listing string
-	// PageSize is the listing page size. Default 5000.
+	// PageSize is that listing's page size. Default 5000.
 	PageSize int
 	// DurableWait bounds the wait for the global checkpoint to cover what a
 	// re-check saw. Default 30s.
 	DurableWait time.Duration
 	// Logger receives scan logs. Default slog.Default().
 	Logger *slog.Logger
-	// Metrics registers escf_delete_scans_total and escf_deletes_found_total.
-	// Default nil: not registered.
+	// Metrics registers the escf_delete_* and escf_deletes_found_total
+	// series (metrics.go). Default nil: not registered.
 	Metrics prometheus.Registerer
 }
 

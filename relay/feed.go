@@ -61,8 +61,10 @@ type Deletes struct {
 	// documents is confirmed by a second scan first. Default
 	// deletes.DefaultMaxDeleteFraction.
 	MaxDeleteFraction float64
-	// Listing is how scans list live ids: es.ListingAuto, es.ListingPIT or
-	// es.ListingScroll. Default es.ListingAuto.
+	// Listing is how a shard's first scan after the upgrade to delivered
+	// ranges lists its live ids, to move the older version's delivered set
+	// into ranges: es.ListingAuto, es.ListingPIT or es.ListingScroll.
+	// Default es.ListingAuto.
 	Listing string
 	// IndexDeletedEvent ends a deleted index with its index_deleted event
 	// only, without a delete per delivered document first. Without Enabled
