@@ -310,10 +310,18 @@ func (p *Pool) Run(ctx context.Context, h Handler) error {
 		return errors.New("pool: nil Handler")
 	}
 	p.h = h
+	// A stop asked before the first read (ctx ends during these checks)
+	// is a clean stop like any other: nothing was read, nothing is owed.
 	if err := p.ensureGroup(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	if err := p.checkHistory(ctx); err != nil {
+		if ctx.Err() != nil && !errors.Is(err, ErrHistoryLost) {
+			return nil
+		}
 		return err
 	}
 	rctx, stopReading := context.WithCancel(ctx)

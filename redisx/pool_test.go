@@ -287,6 +287,27 @@ func TestPool_ShutdownHandlesWhatItRead(t *testing.T) {
 	}
 }
 
+// TestPool_StopBeforeTheFirstRead: a stop asked while the pool is still
+// creating its group and checking the stream (consume stopped right after
+// it started) is a clean stop: Run returns nil, and nothing was read.
+func TestPool_StopBeforeTheFirstRead(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	keys := redisx.NewKeys("early")
+	addEvents(t, rdb, keys, 3, 1)
+	p, err := redisx.NewPool(redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.Run(ctx, func(context.Context, redisx.Event) error { return nil }); err != nil {
+		t.Fatalf("Run with its stop already asked = %v, want nil (a clean stop)", err)
+	}
+	if st := p.Stats(); st.Read != 0 {
+		t.Errorf("stats %+v: read events after the stop", st)
+	}
+}
+
 // TestPool_ShutdownTimeoutLeavesTheRestPending: past ShutdownTimeout the
 // events not started stay pending, and the consumer stays in the group so
 // that they are reclaimed.
