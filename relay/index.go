@@ -75,6 +75,7 @@ func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) e
 			continue
 		}
 		r.m.rounds.Inc()
+		note := r.roundNote()
 		err := r.round(ctx, name, &cur)
 		if ctx.Err() != nil {
 			return nil
@@ -96,7 +97,7 @@ func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) e
 			continue
 		}
 		if err == nil {
-			r.sayOpen(name)
+			r.sayOpen(name, note)
 		}
 		if err != nil {
 			r.m.countError(err)

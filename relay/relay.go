@@ -261,7 +261,8 @@ type Relay struct {
 	snapshotted bool                  // the snapshot of a resync was written
 	resolved    bool                  // the first resolution of the targets happened
 	lost        checkpoint.RolledBack // commits Redis lost, until repaired
-	closedSaid  map[string]bool
+	closedSaid  map[string]uint64     // index → the note at which it was said closed
+	notes       uint64                // counts sayClosed and roundNote calls
 }
 
 // sayClosed warns once that an index is closed (the resolver and the index's
@@ -269,21 +270,37 @@ type Relay struct {
 func (r *Relay) sayClosed(name, target string) {
 	r.mu.Lock()
 	if r.closedSaid == nil {
-		r.closedSaid = map[string]bool{}
+		r.closedSaid = map[string]uint64{}
 	}
-	said := r.closedSaid[name]
-	r.closedSaid[name] = true
+	_, said := r.closedSaid[name]
+	if !said {
+		r.notes++
+		r.closedSaid[name] = r.notes
+	}
 	r.mu.Unlock()
 	if !said {
 		r.log.Warn("index is closed: skipping it until it is reopened", logIndex, name, "target", target)
 	}
 }
 
-// sayOpen reports a reopened index once, if it was said to be closed.
-func (r *Relay) sayOpen(name string) {
+// roundNote marks the start of a round, for sayOpen.
+func (r *Relay) roundNote() uint64 {
 	r.mu.Lock()
-	said := r.closedSaid[name]
-	delete(r.closedSaid, name)
+	defer r.mu.Unlock()
+	r.notes++
+	return r.notes
+}
+
+// sayOpen reports a reopened index once, if it was said to be closed before
+// the round that succeeded began (note from roundNote): a round that began
+// before the close may still succeed, and proves nothing about a reopening.
+func (r *Relay) sayOpen(name string, note uint64) {
+	r.mu.Lock()
+	at, said := r.closedSaid[name]
+	said = said && at < note
+	if said {
+		delete(r.closedSaid, name)
+	}
 	r.mu.Unlock()
 	if said {
 		r.log.Info("index reopened: resuming from its checkpoint", logIndex, name)

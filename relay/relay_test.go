@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -69,5 +70,32 @@ func TestRelay_Owns(t *testing.T) {
 		if owners[shard] != 1 {
 			t.Errorf("shard %d has %d owners, want 1", shard, owners[shard])
 		}
+	}
+}
+
+// TestSayOpen_OnlyAfterARoundThatBeganClosed: a round that began before the
+// index was said closed may still succeed; it must not report a reopening,
+// or the next closed round warns a second time (TestTargets_ClosedIndex…
+// flaked on that).
+func TestSayOpen_OnlyAfterARoundThatBeganClosed(t *testing.T) {
+	var out strings.Builder
+	r := &Relay{log: slog.New(slog.NewTextHandler(&out, nil))}
+	before := r.roundNote()
+	r.sayClosed("shut-1", "shut-*")
+	r.sayOpen("shut-1", before) // the round begun before the close succeeded
+	r.sayClosed("shut-1", "shut-*")
+	if n := strings.Count(out.String(), "index is closed"); n != 1 {
+		t.Fatalf("closed warning logged %d times, want once:\n%s", n, &out)
+	}
+	if strings.Contains(out.String(), "index reopened") {
+		t.Fatalf("a round begun before the close reported a reopening:\n%s", &out)
+	}
+	r.sayOpen("shut-1", r.roundNote())
+	if n := strings.Count(out.String(), "index reopened"); n != 1 {
+		t.Fatalf("reopening logged %d times, want once:\n%s", n, &out)
+	}
+	r.sayClosed("shut-1", "shut-*")
+	if n := strings.Count(out.String(), "index is closed"); n != 2 {
+		t.Fatalf("closing again after the reopening logged %d warnings, want 2:\n%s", n, &out)
 	}
 }
