@@ -88,6 +88,8 @@ ENGINES ?= opensearch-2 opensearch-3 elasticsearch-7 elasticsearch-8 elasticsear
 ENGINE_RESULTS ?= /tmp/escf-engines
 # Engines run at once by make test-engines (their JVMs mostly wait).
 ENGINE_JOBS ?= 1
+# A go test -skip pattern for make test-engines (none by default).
+ENGINE_SKIP ?=
 
 test: redis-server docker-compose java examples vet
 	ESCF_REQUIRE_COMPOSE=1 $(GO) test -race -count=1 -timeout 15m $$($(GO) list ./... | grep -v '/tests/engines$$')
@@ -98,7 +100,7 @@ engine-%:
 	@echo "== the real-cluster suite on $* (ESCF_TEST_ENGINE=$* go test $(RACE) $(ENGINE_TESTS))"
 	@start=$$(date +%s); st=0; \
 	ESCF_TEST_ENGINE=$* ESCF_FIGURES=$(ENGINE_RESULTS)/$*.figures.jsonl \
-		$(GO) test $(RACE) -json -count=1 -timeout 30m $(ENGINE_TESTS) > $(ENGINE_RESULTS)/$*.json || st=1; \
+		$(GO) test $(RACE) $(if $(ENGINE_SKIP),-skip '$(ENGINE_SKIP)') -json -count=1 -timeout 30m $(ENGINE_TESTS) > $(ENGINE_RESULTS)/$*.json || st=1; \
 	echo "== $*: $$(( $$(date +%s) - start )) s"; \
 	$(GO) run ./tests/figures summary $(ENGINE_RESULTS)/$*.json "[$*] " || st=1; \
 	exit $$st
