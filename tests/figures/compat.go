@@ -268,7 +268,7 @@ func compat(dir string, engines []string, w io.Writer) error {
 	fmt.Fprintln(w, "## What ran on each engine")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "pass / FAIL / skip (with the reason below the table) per test; subtests in brackets; – not run on that engine")
-	fmt.Fprintln(w, "(CI's `make test-engines ENGINE_SKIP=…` leaves out, on the four engines after opensearch-2, the tests whose")
+	fmt.Fprintln(w, "(on the four engines after opensearch-2, CI leaves out the node harness's own tests and the tests whose")
 	fmt.Fprintln(w, "faults are on the Redis or consumer side: see .ci/run).")
 	fmt.Fprintln(w)
 	fmt.Fprint(w, "| test |")
