@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -122,7 +123,7 @@ func parseRangeValue(r int64, v string) (int64, string, error) {
 
 // RangeCounts returns the sizes of one shard's delivered ranges by range
 // number, and their total as the counts hash records it.
-func RangeCounts(ctx context.Context, rdb redis.UniversalClient, k redisx.Keys, id ShardID) (map[int64]int64, int64, error) {
+func RangeCounts(ctx context.Context, rdb redis.Cmdable, k redisx.Keys, id ShardID) (map[int64]int64, int64, error) {
 	key := k.DeliveredCounts(id.IndexUUID, id.Shard)
 	out := map[int64]int64{}
 	var total int64
@@ -156,6 +157,7 @@ func RangeCounts(ctx context.Context, rdb redis.UniversalClient, k redisx.Keys, 
 // shard, checking each range's size against counts (nil: not checked).
 func ReadRanges(ctx context.Context, rdb redis.UniversalClient, k redisx.Keys, id ShardID, ranges []int64, counts map[int64]int64) ([]Doc, error) {
 	var out []Doc
+	var err error
 	for start := 0; start < len(ranges); start += 100 {
 		chunk := ranges[start:min(start+100, len(ranges))]
 		cmds := make([]*redis.MapStringStringCmd, len(chunk))
@@ -168,44 +170,74 @@ func ReadRanges(ctx context.Context, rdb redis.UniversalClient, k redisx.Keys, i
 			return nil, fmt.Errorf("read delivered ranges of shard %s: %w", id, err)
 		}
 		for i, r := range chunk {
-			fields := cmds[i].Val()
-			if counts != nil && int64(len(fields)) != counts[r] {
-				return nil, fmt.Errorf("delivered range %d of shard %s holds %d ids but its count says %d (%s)", r, id, len(fields), counts[r], k.DeliveredCounts(id.IndexUUID, id.Shard))
-			}
-			for docID, v := range fields {
-				seq, routing, err := parseRangeValue(r, v)
-				if err != nil {
-					return nil, fmt.Errorf("shard %s, id %q: %w", id, docID, err)
-				}
-				out = append(out, Doc{ID: docID, Routing: routing, SeqNo: seq})
+			if out, err = appendRange(out, k, id, r, cmds[i].Val(), counts); err != nil {
+				return nil, err
 			}
 		}
 	}
 	return out, nil
 }
 
+// appendRange appends the documents of range r's hash fields to out,
+// checking its size against counts (nil: not checked).
+func appendRange(out []Doc, k redisx.Keys, id ShardID, r int64, fields map[string]string, counts map[int64]int64) ([]Doc, error) {
+	if counts != nil && int64(len(fields)) != counts[r] {
+		return nil, fmt.Errorf("delivered range %d of shard %s holds %d ids but its count says %d (%s)", r, id, len(fields), counts[r], k.DeliveredCounts(id.IndexUUID, id.Shard))
+	}
+	for docID, v := range fields {
+		seq, routing, err := parseRangeValue(r, v)
+		if err != nil {
+			return nil, fmt.Errorf("shard %s, id %q: %w", id, docID, err)
+		}
+		out = append(out, Doc{ID: docID, Routing: routing, SeqNo: seq})
+	}
+	return out, nil
+}
+
 // ReadDelivered returns every document recorded for a shard, in both
 // layouts: the ranges, and the set of feeds not yet migrated (SeqNo -1).
-// It reads the whole shard into memory: for tests and small shards.
+// It reads one state of the shard while a relay commits to it: the reads
+// go in one MULTI under WATCH of the counts hash and the set, which every
+// commit that adds or removes a document writes, and start again when one
+// did. It reads the whole shard into memory: for tests and small shards.
 func ReadDelivered(ctx context.Context, rdb redis.UniversalClient, k redisx.Keys, id ShardID) ([]Doc, error) {
-	counts, _, err := RangeCounts(ctx, rdb, k, id)
-	if err != nil {
-		return nil, err
+	countsKey, legacyKey := k.DeliveredCounts(id.IndexUUID, id.Shard), k.Delivered(id.IndexUUID, id.Shard)
+	const tries = 100
+	for range tries {
+		var docs []Doc
+		err := rdb.Watch(ctx, func(tx *redis.Tx) error {
+			counts, _, err := RangeCounts(ctx, tx, k, id)
+			if err != nil {
+				return err
+			}
+			ranges := make([]int64, 0, len(counts))
+			for r := range counts {
+				ranges = append(ranges, r)
+			}
+			cmds := make([]*redis.MapStringStringCmd, len(ranges))
+			var legacy *redis.StringSliceCmd
+			if _, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				for i, r := range ranges {
+					cmds[i] = p.HGetAll(ctx, k.DeliveredRange(id.IndexUUID, id.Shard, r))
+				}
+				legacy = p.SMembers(ctx, legacyKey)
+				return nil
+			}); err != nil {
+				return err
+			}
+			for i, r := range ranges {
+				if docs, err = appendRange(docs, k, id, r, cmds[i].Val(), counts); err != nil {
+					return err
+				}
+			}
+			for _, docID := range legacy.Val() {
+				docs = append(docs, Doc{ID: docID, SeqNo: -1})
+			}
+			return nil
+		}, countsKey, legacyKey)
+		if !errors.Is(err, redis.TxFailedErr) {
+			return docs, err
+		}
 	}
-	ranges := make([]int64, 0, len(counts))
-	for r := range counts {
-		ranges = append(ranges, r)
-	}
-	docs, err := ReadRanges(ctx, rdb, k, id, ranges, counts)
-	if err != nil {
-		return nil, err
-	}
-	legacy, err := rdb.SMembers(ctx, k.Delivered(id.IndexUUID, id.Shard)).Result()
-	if err != nil {
-		return nil, err
-	}
-	for _, docID := range legacy {
-		docs = append(docs, Doc{ID: docID, SeqNo: -1})
-	}
-	return docs, nil
+	return nil, fmt.Errorf("read the delivered documents of shard %s: a commit changed them during each of %d reads", id, tries)
 }

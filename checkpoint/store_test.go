@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -328,5 +329,54 @@ func TestStore_CommitWatchNotRun(t *testing.T) {
 	}
 	if n, _ := rdb.XLen(ctx, keys.Events()).Result(); n != 0 {
 		t.Errorf("stream has %d entries, want 0", n)
+	}
+}
+
+// TestReadDelivered_OneStateWhileCommitting: a reader of a shard's
+// delivered documents sees one state although a relay commits to it all
+// along, each commit moving the shard's one document to the next range.
+// Read key by key, the counts listed a range that a later commit had
+// emptied before the range was read.
+func TestReadDelivered_OneStateWhileCommitting(t *testing.T) {
+	ctx := context.Background()
+	st, lease, srv := newStore(t, "readone", 10*time.Second)
+	if ok, err := lease.TryAcquire(ctx); err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	rdb, keys := srv.Client(t), redisx.NewKeys("readone")
+	sh := checkpoint.ShardID{IndexUUID: "U", Shard: 0}
+	doc := func(j int) checkpoint.Doc {
+		return checkpoint.Doc{ID: fmt.Sprint("d", j), SeqNo: int64(j) * redisx.RangeSize}
+	}
+	if err := st.Commit(ctx, checkpoint.Batch{Delivered: map[checkpoint.ShardID][]checkpoint.Doc{sh: {doc(0)}}}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for j := 1; ; j++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			b := checkpoint.Batch{Delivered: map[checkpoint.ShardID][]checkpoint.Doc{sh: {doc(j)}}, Removed: map[checkpoint.ShardID][]checkpoint.Doc{sh: {doc(j - 1)}}}
+			if err := st.Commit(ctx, b); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	for i := 0; i < 500; i++ {
+		docs, err := checkpoint.ReadDelivered(ctx, rdb, keys, sh)
+		if err != nil || len(docs) != 1 {
+			close(stop)
+			t.Fatalf("read %d while committing: %v, %v; want the one document", i, docs, err)
+		}
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
