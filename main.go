@@ -66,7 +66,9 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		OnUsageError: func(_ context.Context, _ *cli.Command, err error, _ bool) error {
 			return usageError{err}
 		},
-		Commands: []*cli.Command{runCommand(), resyncCommand(), consumeCommand(), statusCommand(), demoCommand()},
+		Flags:    []cli.Flag{versionFlag()},
+		Action:   rootAction,
+		Commands: []*cli.Command{runCommand(), resyncCommand(), consumeCommand(), statusCommand(), demoCommand(), versionCommand()},
 	}
 	err := app.Run(ctx, args)
 	if err == nil {
