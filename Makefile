@@ -1,8 +1,11 @@
 # es-changefeed — build and test.
 #
-#   make test    install redis-server, docker-compose, a JDK 17 and Maven if
-#                missing, then go test -race ./... (the emulator; compose/*.yml
-#                checked with docker-compose; tests/engines on a real
+#   make test    install redis-server, docker-compose, promtool, a JDK 17 and
+#                Maven if missing, check compose/prometheus/ with promtool,
+#                then go test -race ./... (the emulator; compose/*.yml
+#                checked with docker-compose, the metric names of the
+#                dashboard and alerts against a running relay and consumer;
+#                tests/engines on a real
 #                OpenSearch 2), then the real-cluster part of the suite on a
 #                real OpenSearch 2 node (ESCF_TEST_ENGINE=opensearch-2)
 #   make examples
@@ -24,7 +27,7 @@
 GO ?= go
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: test test-engines golden bench vet redis-server docker-compose java examples build fuzz reliability
+.PHONY: test test-engines golden bench vet redis-server docker-compose promtool rules java examples build fuzz reliability
 
 build:
 	$(GO) build ./...
@@ -46,6 +49,23 @@ docker-compose:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends docker-compose >/dev/null; \
 	}
 	@docker-compose version --short
+
+# Debian's prometheus package provides promtool, which checks the alert
+# rules of compose/prometheus/ (no recommended packages: only the binaries).
+promtool:
+	@command -v promtool >/dev/null 2>&1 || { \
+		echo "promtool missing: installing prometheus with apt-get"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	}
+	@promtool --version 2>&1 | head -1
+
+# The alert rules and the scrape configuration of compose/prometheus/ (the
+# metric names they query are checked against a running relay and consumer
+# by compose/monitoring_test.go, part of go test).
+rules: promtool
+	promtool check rules compose/prometheus/alerts.yml
+	promtool check config compose/prometheus/prometheus.yml
 
 # tests/engines runs real nodes from Maven Central's jars: Maven, and a
 # JDK 17 (OpenSearch 2, Elasticsearch 7 and 8). OpenSearch 3 and
@@ -91,7 +111,7 @@ ENGINE_JOBS ?= 1
 # A go test -skip pattern for make test-engines (none by default).
 ENGINE_SKIP ?=
 
-test: redis-server docker-compose java examples vet
+test: redis-server docker-compose promtool java examples vet rules
 	ESCF_REQUIRE_COMPOSE=1 $(GO) test -race -count=1 -timeout 15m $$($(GO) list ./... | grep -v '/tests/engines$$')
 	@$(MAKE) --no-print-directory engine-opensearch-2 RACE=-race
 

@@ -4,6 +4,7 @@
 package compose
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,11 +28,22 @@ func tool(t *testing.T, name string) string {
 	return ""
 }
 
+// monitoringFile is the overlay that adds Prometheus and Grafana to any
+// cluster file (it is not a cluster file of its own).
+const monitoringFile = "monitoring.yml"
+
+// composeFiles are the cluster files: every *.yml but the overlay.
 func composeFiles(t *testing.T) []string {
 	t.Helper()
-	files, err := filepath.Glob("*.yml")
+	all, err := filepath.Glob("*.yml")
 	if err != nil {
 		t.Fatal(err)
+	}
+	var files []string
+	for _, f := range all {
+		if f != monitoringFile {
+			files = append(files, f)
+		}
 	}
 	if len(files) < 7 {
 		t.Fatalf("compose files %v: want at least 7 (ES 9.5, 8.19, 7.17, OpenSearch 3.9, 2.19, 3 nodes, TLS)", files)
@@ -39,20 +51,82 @@ func composeFiles(t *testing.T) []string {
 	return files
 }
 
-// TestFiles_Config: `docker-compose config -q` accepts every file.
+// TestFiles_Config: `docker-compose config -q` accepts every file, alone
+// and with the monitoring overlay after it.
 func TestFiles_Config(t *testing.T) {
 	dc := tool(t, "docker-compose")
 	for _, f := range composeFiles(t) {
+		for _, files := range [][]string{{f}, {f, monitoringFile}} {
+			t.Run(strings.Join(files, "+"), func(t *testing.T) {
+				var args []string
+				for _, f := range files {
+					args = append(args, "-f", f)
+				}
+				out, err := exec.Command(dc, append(args, "config", "-q")...).CombinedOutput()
+				if err != nil {
+					t.Fatalf("docker-compose %s config -q: %v\n%s", strings.Join(args, " "), err, out)
+				}
+				if len(strings.TrimSpace(string(out))) != 0 {
+					t.Errorf("docker-compose %s config -q printed (a warning?):\n%s", strings.Join(args, " "), out)
+				}
+			})
+		}
+	}
+}
+
+// TestFiles_Services: every cluster file runs the relay and a consumer
+// from the root Dockerfile next to the cluster and Redis (the services the
+// monitoring overlay's Prometheus scrapes).
+func TestFiles_Services(t *testing.T) {
+	dc := tool(t, "docker-compose")
+	for _, f := range composeFiles(t) {
 		t.Run(f, func(t *testing.T) {
-			out, err := exec.Command(dc, "-f", f, "config", "-q").CombinedOutput()
+			out, err := exec.Command(dc, "-f", f, "config").CombinedOutput()
 			if err != nil {
-				t.Fatalf("docker-compose -f %s config -q: %v\n%s", f, err, out)
+				t.Fatalf("docker-compose -f %s config: %v\n%s", f, err, out)
 			}
-			if len(strings.TrimSpace(string(out))) != 0 {
-				t.Errorf("docker-compose -f %s config -q printed (a warning?):\n%s", f, out)
+			var cfg struct{ Services map[string]json.RawMessage }
+			if err := json.Unmarshal(yamlToJSON(t, out), &cfg); err != nil {
+				t.Fatal(err)
+			}
+			for name, sub := range map[string]string{"relay": "run", "consumer": "consume"} {
+				raw, ok := cfg.Services[name]
+				if !ok {
+					t.Errorf("%s has no service %s", f, name)
+					continue
+				}
+				var s struct {
+					Build   struct{ Context string }
+					Command []string
+				}
+				if err := json.Unmarshal(raw, &s); err != nil {
+					t.Fatalf("%s: service %s: %v", f, name, err)
+				}
+				if root, _ := filepath.Abs(".."); s.Build.Context != root {
+					t.Errorf("%s: service %s builds %q, want the repository root %s", f, name, s.Build.Context, root)
+				}
+				if len(s.Command) == 0 || s.Command[0] != sub || !strings.Contains(strings.Join(s.Command, " "), "--metrics-addr 0.0.0.0:9464") {
+					t.Errorf("%s: service %s runs %q, want es-changefeed %s ... --metrics-addr 0.0.0.0:9464", f, name, s.Command, sub)
+				}
+			}
+			if _, ok := cfg.Services["redis"]; !ok {
+				t.Errorf("%s has no service redis", f)
 			}
 		})
 	}
+}
+
+// yamlToJSON converts docker-compose's YAML output with python3-yaml
+// (which comes with docker-compose).
+func yamlToJSON(t *testing.T, y []byte) []byte {
+	t.Helper()
+	cmd := exec.Command(tool(t, "python3"), "-c", "import sys, json, yaml; json.dump(yaml.safe_load(sys.stdin), sys.stdout)")
+	cmd.Stdin = strings.NewReader(string(y))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("python3 yaml to json: %v", err)
+	}
+	return out
 }
 
 // TestFiles_Header: each file starts with how to start it, point the feed at
