@@ -60,11 +60,13 @@ promtool:
 	}
 	@promtool --version 2>&1 | head -1
 
-# The alert rules and the scrape configuration of compose/prometheus/ (the
-# metric names they query are checked against a running relay and consumer
-# by compose/monitoring_test.go, part of go test).
+# The alert rules, their unit tests and the scrape configuration of
+# compose/prometheus/ (the metric names the rules and the Grafana dashboard
+# query are checked against a running relay and consumer by
+# compose/monitoring_test.go, part of go test).
 rules: promtool
 	promtool check rules compose/prometheus/alerts.yml
+	promtool test rules compose/prometheus/alerts_test.yml
 	promtool check config compose/prometheus/prometheus.yml
 
 # tests/engines runs real nodes from Maven Central's jars: Maven, and a
