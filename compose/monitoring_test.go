@@ -488,3 +488,109 @@ func httpDo(tb testing.TB, method, url, body string) {
 		tb.Fatalf("%s %s: HTTP %d: %s", method, url, resp.StatusCode, b)
 	}
 }
+
+// TestMonitoring_Wiring: the monitoring overlay's pieces point at each
+// other (nothing runs them here: no Docker engine). Prometheus scrapes the
+// relay and consumer services on the port they serve metrics on and loads
+// the alerts; Grafana's provisioned data source has the uid every panel
+// uses, and its dashboard provider reads the directory the dashboards are
+// mounted at.
+func TestMonitoring_Wiring(t *testing.T) {
+	readYAML := func(path string, v any) {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(b, v); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+	}
+	var prom struct {
+		RuleFiles     []string `yaml:"rule_files"`
+		ScrapeConfigs []struct {
+			StaticConfigs []struct{ Targets []string } `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	readYAML("prometheus/prometheus.yml", &prom)
+	var targets []string
+	for _, sc := range prom.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			targets = append(targets, st.Targets...)
+		}
+	}
+	sort.Strings(targets)
+	if got, want := targets, []string{"consumer:9464", "relay:9464"}; !slices.Equal(got, want) {
+		t.Errorf("prometheus.yml scrapes %q, want %q (the services of every cluster file, --metrics-addr 0.0.0.0:9464)", got, want)
+	}
+	if got, want := prom.RuleFiles, []string{filepath.Base(alertsFile)}; !slices.Equal(got, want) {
+		t.Errorf("prometheus.yml loads rule files %q, want %q", got, want)
+	}
+
+	var overlay struct {
+		Services map[string]struct{ Volumes []string }
+	}
+	readYAML(monitoringFile, &overlay)
+	mounts := map[string]string{} // host path → container path
+	for _, name := range []string{"prometheus", "grafana"} {
+		for _, v := range overlay.Services[name].Volumes {
+			if parts := strings.Split(v, ":"); len(parts) >= 2 && strings.HasPrefix(parts[0], "./") {
+				mounts[parts[0]] = parts[1]
+			}
+		}
+	}
+	if got, want := mounts["./prometheus"], "/etc/prometheus"; got != want {
+		t.Errorf("%s mounts ./prometheus at %q, want %q (--config.file=/etc/prometheus/prometheus.yml)", monitoringFile, got, want)
+	}
+	if got, want := mounts["./grafana/provisioning"], "/etc/grafana/provisioning"; got != want {
+		t.Errorf("%s mounts ./grafana/provisioning at %q, want %q", monitoringFile, got, want)
+	}
+
+	var providers struct {
+		Providers []struct {
+			Options struct{ Path string }
+		}
+	}
+	readYAML("grafana/provisioning/dashboards/es-changefeed.yml", &providers)
+	if len(providers.Providers) != 1 || providers.Providers[0].Options.Path == "" {
+		t.Fatalf("grafana dashboard providers %+v: want one with a path", providers.Providers)
+	}
+	if got, want := mounts["./"+filepath.Dir(dashboardFile)], providers.Providers[0].Options.Path; got != want {
+		t.Errorf("%s mounts ./%s at %q, but the dashboard provider reads %q", monitoringFile, filepath.Dir(dashboardFile), got, want)
+	}
+
+	var sources struct {
+		Datasources []struct{ UID, Type, URL string }
+	}
+	readYAML("grafana/provisioning/datasources/prometheus.yml", &sources)
+	if len(sources.Datasources) != 1 || sources.Datasources[0].Type != "prometheus" || sources.Datasources[0].URL != "http://prometheus:9090" {
+		t.Fatalf("grafana data sources %+v: want one prometheus at http://prometheus:9090", sources.Datasources)
+	}
+	uid := sources.Datasources[0].UID
+	b, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title      string
+			Datasource struct{ UID string }
+			Targets    []struct {
+				Datasource struct{ UID string }
+			}
+		}
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range dash.Panels {
+		if p.Datasource.UID != uid {
+			t.Errorf("panel %q uses the data source %q, want the provisioned %q", p.Title, p.Datasource.UID, uid)
+		}
+		for _, tg := range p.Targets {
+			if tg.Datasource.UID != uid {
+				t.Errorf("a target of panel %q uses the data source %q, want the provisioned %q", p.Title, tg.Datasource.UID, uid)
+			}
+		}
+	}
+}
