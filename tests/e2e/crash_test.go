@@ -45,7 +45,7 @@ func (s *syncBuffer) String() string {
 func startBinary(tb testing.TB, args ...string) *proc {
 	tb.Helper()
 	p := &proc{out: &syncBuffer{}}
-	p.cmd = exec.Command(binary(tb), args...)
+	p.cmd = binaryCommand(tb, nil, args...)
 	p.cmd.Stdout = p.out
 	p.cmd.Stderr = p.out
 	if err := p.cmd.Start(); err != nil {
