@@ -449,3 +449,51 @@ func testLogLevel() slog.Level {
 
 // newTestLogger logs as text into w.
 func newTestLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+// leaseNames reports whether a lease token names process p: the binary's
+// lease owner is host-pid, its token owner/random.
+func leaseNames(token string, p *proc) bool {
+	owner, _, ok := strings.Cut(token, "/")
+	return ok && strings.HasSuffix(owner, fmt.Sprintf("-%d", p.cmd.Process.Pid))
+}
+
+// metricValue scrapes http://addr/metrics for the sample named name (with
+// its labels, as in `escf_lease_held` or `escf_backpressure`); ok is false
+// when it is not served (yet).
+func metricValue(tb testing.TB, addr, name string) (v float64, ok bool) {
+	tb.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return 0, false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, found := strings.CutPrefix(l, name+" "); found {
+			if _, err := fmt.Sscan(rest, &v); err != nil {
+				tb.Fatalf("metric %s: %q: %v", name, l, err)
+			}
+			return v, true
+		}
+	}
+	return 0, false
+}
+
+// waitMetric waits until addr serves name with a value ok accepts.
+func waitMetric(tb testing.TB, addr, name string, ok func(float64) bool, timeout time.Duration) float64 {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		v, served := metricValue(tb, addr, name)
+		if served && ok(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s on http://%s/metrics: %v (served %v) after %s", name, addr, v, served, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
