@@ -40,8 +40,9 @@ var (
 // is race-built (raceBuild), so that go test -race checks the relay and
 // consumer processes the suite starts as well as its own code; on the
 // emulator only. The real-cluster run (ESCF_TEST_ENGINE set, next to JVMs
-// on CI's 2 cores) keeps plain binaries: race-built ones cost some 25-35%
-// more CPU, 4-30% more time per test, and CI's 40 minutes have little room.
+// on CI's 2 cores) keeps plain binaries: over 7 binary-heavy tests,
+// race-built ones took 14% more time and 17% more CPU (up to 59% more time
+// for one), and CI's 40 minutes have little room left.
 var raceBinary = raceBuild && os.Getenv("ESCF_TEST_ENGINE") == ""
 
 // binary builds es-changefeed once for the package (with -race: see
