@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,16 +156,21 @@ func TestSpread(t *testing.T) {
 
 // TestWatchPartitions: a consumer that started on a feed with no record
 // stops with the explanation once a relay records another count; a
-// matching record keeps it running.
+// matching record keeps it running. Each watcher reads through a client of
+// its own that counts the reads, so that "not stopped" is decided after
+// reads that saw the state, not after a pause.
 func TestWatchPartitions(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stopped := make(chan error, 2)
-	go watchPartitions(ctx, rdb, "w", 1, 20*time.Millisecond, func(err error) { stopped <- err })
-	go watchPartitions(ctx, rdb, "w", 4, 20*time.Millisecond, func(err error) { stopped <- err })
-	time.Sleep(100 * time.Millisecond)
+	one, four := countedClient(t, srv), countedClient(t, srv)
+	go watchPartitions(ctx, one, "w", 1, 20*time.Millisecond, func(err error) { stopped <- err })
+	go watchPartitions(ctx, four, "w", 4, 20*time.Millisecond, func(err error) { stopped <- err })
+	// Two reads of each watcher begun: the first has been checked.
+	waitReads(t, one, 2)
+	waitReads(t, four, 2)
 	select {
 	case err := <-stopped:
 		t.Fatalf("stopped before any record: %v", err)
@@ -173,19 +179,68 @@ func TestWatchPartitions(t *testing.T) {
 	if err := redisx.RecordPartitions(ctx, rdb, "w", 4); err != nil {
 		t.Fatal(err)
 	}
+	after := four.reads.Load()
 	select {
 	case err := <-stopped:
 		var pe *redisx.PartitionsError
 		if !errors.As(err, &pe) || pe.Recorded != 4 || pe.Passed != 1 {
 			t.Fatalf("stopped with %v, want the 1-partition consumer refused by the record of 4", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("the 1-partition consumer was not stopped by the record of 4")
 	}
-	time.Sleep(100 * time.Millisecond)
+	// Reads after the record begun and checked: the record did not stop it.
+	waitReads(t, four, after+3)
 	select {
 	case err := <-stopped:
 		t.Fatalf("the 4-partition consumer was stopped: %v", err)
 	default:
+	}
+}
+
+// readCounter is a client that counts the commands and pipelines it sends
+// (a read of the partition record is one pipeline).
+type readCounter struct {
+	*redis.Client
+	reads atomic.Int64
+	read  chan struct{} // a send (when none is waiting) after each count
+}
+
+func (c *readCounter) count() {
+	c.reads.Add(1)
+	select {
+	case c.read <- struct{}{}:
+	default:
+	}
+}
+
+func (c *readCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *readCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.count(); return next(ctx, cmd) }
+}
+
+func (c *readCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.count(); return next(ctx, cmds) }
+}
+
+func countedClient(tb testing.TB, srv *redistest.Server) *readCounter {
+	tb.Helper()
+	c := &readCounter{Client: srv.Client(tb), read: make(chan struct{}, 1)}
+	c.AddHook(c)
+	return c
+}
+
+// waitReads waits until c has begun n reads: the reads before the n-th
+// have returned, and their outcome has been acted on.
+func waitReads(tb testing.TB, c *readCounter, n int64) {
+	tb.Helper()
+	timeout := time.After(30 * time.Second)
+	for c.reads.Load() < n {
+		select {
+		case <-c.read:
+		case <-timeout:
+			tb.Fatalf("%d reads of the partition record within 30s, want %d", c.reads.Load(), n)
+		}
 	}
 }

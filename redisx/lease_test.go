@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
@@ -27,6 +29,7 @@ func newLease(tb testing.TB, url string, ttl time.Duration) *redisx.Lease {
 
 func TestLease_OneOwnerStandbyTakesOver(t *testing.T) {
 	srv := redistest.Start(t)
+	rdb := srv.Client(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ttl := 300 * time.Millisecond
@@ -34,26 +37,45 @@ func TestLease_OneOwnerStandbyTakesOver(t *testing.T) {
 	if err := a.Acquire(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
+	first := expiryOf(t, rdb, a.Key())
 	aCtx, stopA := context.WithCancel(ctx)
-	go a.Keep(aCtx)
+	keepDone := make(chan error, 1)
+	go func() { keepDone <- a.Keep(aCtx) }()
 	if ok, err := b.TryAcquire(ctx); err != nil || ok {
 		t.Fatalf("second lease acquired while the first is kept: %v %v", ok, err)
 	}
-	// Kept for several TTLs: still a's.
-	time.Sleep(3 * ttl)
-	if h, _ := b.Holder(ctx); h != a.Token() {
-		t.Fatalf("holder = %q, want a's token", h)
+	// Kept across several TTLs (renewed until the key expires 3 TTLs past
+	// its first expiry): still a's, and b's tries fail all along.
+	deadline := time.Now().Add(30 * time.Second)
+	for expiryOf(t, rdb, a.Key()) < first+3*ttl.Milliseconds() {
+		if h, _ := b.Holder(ctx); h != a.Token() {
+			t.Fatalf("holder = %q while a keeps the lease, want a's token", h)
+		}
+		if ok, err := b.TryAcquire(ctx); err != nil || ok {
+			t.Fatalf("b acquired the lease a keeps: %v %v", ok, err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a's lease not renewed 3 TTLs past its first expiry within 30s")
+		}
+		time.Sleep(10 * time.Millisecond) // a poll of the key's state
 	}
-	// a dies (stops renewing): b takes over within 2 × TTL.
+	// a dies (stops renewing): b takes over once a's key has expired.
 	stopA()
-	start := time.Now()
-	waited := ""
-	if err := b.Acquire(ctx, func(h string) { waited = h }); err != nil {
-		t.Fatal(err)
+	if err := <-keepDone; err != nil {
+		t.Fatalf("Keep after its context ended = %v, want nil", err)
 	}
-	took := time.Since(start)
-	if took > 2*ttl {
-		t.Errorf("takeover took %s, want <= 2×TTL = %s", took, 2*ttl)
+	last := expiryOf(t, rdb, a.Key())
+	waited := ""
+	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+	defer acancel()
+	if err := b.Acquire(actx, func(h string) { waited = h }); err != nil {
+		t.Fatalf("b's Acquire after a stopped: %v", err)
+	}
+	if h, _ := b.Holder(ctx); h != b.Token() {
+		t.Fatalf("holder = %q after b acquired, want b's token", h)
+	}
+	if now := redisMillis(t, rdb); last > 0 && now < last {
+		t.Errorf("b acquired at %d ms, before a's lease expired at %d ms", now, last)
 	}
 	if waited != a.Token() {
 		t.Errorf("standby saw holder %q, want a's token", waited)
@@ -68,6 +90,27 @@ func TestLease_OneOwnerStandbyTakesOver(t *testing.T) {
 	default:
 		t.Error("Lost() not closed after the lease was lost")
 	}
+}
+
+// expiryOf is the key's absolute expiry in Unix ms (PEXPIRETIME); 0 when
+// the key is gone.
+func expiryOf(tb testing.TB, rdb *redis.Client, key string) int64 {
+	tb.Helper()
+	ms, err := rdb.Do(context.Background(), "PEXPIRETIME", key).Int64()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return max(ms, 0)
+}
+
+// redisMillis is the Redis server's clock in Unix ms.
+func redisMillis(tb testing.TB, rdb *redis.Client) int64 {
+	tb.Helper()
+	now, err := rdb.Time(context.Background()).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return now.UnixMilli()
 }
 
 func TestLease_ReleaseLetsStandbyInAtOnce(t *testing.T) {

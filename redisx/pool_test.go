@@ -228,32 +228,86 @@ func TestPool_ReclaimsFromDeadConsumerAndDrainsOwnPending(t *testing.T) {
 
 // TestPool_HeldEventsAreNotReclaimed: a slow consumer holds many events
 // longer than MinIdle; its heartbeat keeps them, so a second consumer never
-// reclaims (and double-handles) what the first still holds.
+// reclaims (and double-handles) what the first still holds. The slow
+// handler blocks until the second consumer has run reclaim passes
+// (XAUTOCLAIM, counted on its client) over events held longer than MinIdle.
 func TestPool_HeldEventsAreNotReclaimed(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	keys := redisx.NewKeys("held")
 	addEvents(t, rdb, keys, 12, 12)
+	const minIdle = 300 * time.Millisecond
 	var seen sync.Map
 	var doubles atomic.Int64
-	h := func(ctx context.Context, e redisx.Event) error {
+	record := func(e redisx.Event) {
 		if _, dup := seen.LoadOrStore(e.StreamID, true); dup {
 			doubles.Add(1)
 		}
-		time.Sleep(150 * time.Millisecond)
+	}
+	release := make(chan struct{})
+	slow := func(ctx context.Context, e redisx.Event) error {
+		record(e)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
 		return nil
 	}
-	cfg := redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Consumer: "slow", Workers: 1, Prefetch: 12, MinIdle: 300 * time.Millisecond}
-	a, stopA := runPool(t, cfg, h)
-	waitFor(t, "the slow consumer to hold everything", 5*time.Second, func() bool { return a.Stats().Read == 12 })
-	cfg.Consumer = "eager"
-	b, stopB := runPool(t, cfg, h)
-	waitFor(t, "all handled", 10*time.Second, func() bool { return a.Stats().Acked+b.Stats().Acked >= 12 })
+	eager := func(ctx context.Context, e redisx.Event) error { record(e); return nil }
+	cfg := redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Consumer: "slow", Workers: 1, Prefetch: 12, MinIdle: minIdle}
+	a, stopA := runPool(t, cfg, slow)
+	waitFor(t, "the slow consumer to hold everything", 30*time.Second, func() bool { return a.Stats().Read == 12 })
+	idleFrom := time.Now().Add(minIdle) // without heartbeats, reclaimable from then on
+	claims := &claimCounter{after: idleFrom}
+	bClient := srv.Client(t)
+	bClient.AddHook(claims)
+	cfg.Consumer, cfg.Client = "eager", bClient
+	b, stopB := runPool(t, cfg, eager)
+	waitFor(t, "3 reclaim passes of the eager consumer over events held past MinIdle", 30*time.Second,
+		func() bool { return claims.n.Load() >= 3 })
+	ext, err := rdb.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: keys.Events(), Group: "g", Start: "-", End: "+", Count: 100}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ext) != 12 {
+		t.Fatalf("%d pending, want the 12 the slow consumer holds", len(ext))
+	}
+	for _, pe := range ext {
+		if pe.Consumer != "slow" || pe.RetryCount != 1 {
+			t.Fatalf("pending %s: consumer %q, delivered %d times; want held by slow, delivered once", pe.ID, pe.Consumer, pe.RetryCount)
+		}
+	}
+	close(release)
+	waitFor(t, "all handled", 30*time.Second, func() bool { return a.Stats().Acked+b.Stats().Acked >= 12 })
 	stopA()
 	stopB()
 	if doubles.Load() != 0 || b.Stats().Reclaimed != 0 {
 		t.Fatalf("%d events handled twice, %d reclaimed from a live consumer; want 0", doubles.Load(), b.Stats().Reclaimed)
 	}
+}
+
+// claimCounter is a go-redis hook counting the XAUTOCLAIM calls that
+// return after a time.
+type claimCounter struct {
+	after time.Time
+	n     atomic.Int64
+}
+
+func (c *claimCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *claimCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		started := time.Now()
+		err := next(ctx, cmd)
+		if cmd.Name() == "xautoclaim" && err == nil && started.After(c.after) {
+			c.n.Add(1)
+		}
+		return err
+	}
+}
+
+func (c *claimCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // TestPool_ShutdownHandlesWhatItRead: when Run's context ends, every event

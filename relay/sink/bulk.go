@@ -174,6 +174,11 @@ type Bulk struct {
 	gens map[string]int64 // index uuid -> generation
 
 	requests, applied, conflicts, failed atomic.Int64
+
+	// joined, when not nil, is called by the batching goroutine each time
+	// an event joins the batch being formed (a test's hook; set before the
+	// first handler call).
+	joined func()
 }
 
 // bulkPending is one event waiting for its item's outcome.
@@ -410,6 +415,7 @@ func (b *Bulk) run() {
 		case <-b.quit:
 			return
 		}
+		b.noteJoined()
 		batch := []*bulkPending{first}
 		size := len(first.lines)
 		timer.Reset(b.cfg.MaxWait)
@@ -419,6 +425,7 @@ func (b *Bulk) run() {
 			case p := <-b.in:
 				batch = append(batch, p)
 				size += len(p.lines)
+				b.noteJoined()
 			case <-timer.C:
 				break collect
 			case <-b.quit:
@@ -427,6 +434,12 @@ func (b *Bulk) run() {
 		}
 		timer.Stop()
 		b.flush(batch)
+	}
+}
+
+func (b *Bulk) noteJoined() {
+	if b.joined != nil {
+		b.joined()
 	}
 }
 

@@ -777,9 +777,17 @@ func TestBulk_Handler_IgnoresIndexAndSnapshotEvents(t *testing.T) {
 func TestBulk_Close(t *testing.T) {
 	t.Run("sends the batch being formed", func(t *testing.T) {
 		env := newBulkEnv(t, "", func(c *sink.BulkConfig) { c.MaxWait = time.Minute })
+		joined := make(chan struct{}, 1)
+		sink.SetBulkJoined(env.sink, func() { joined <- struct{}{} })
 		errc := make(chan error, 1)
 		go func() { errc <- env.h(context.Background(), upsertEvent("uuid-1", "a", 1, `{}`)) }()
-		time.Sleep(200 * time.Millisecond) // the event joins a batch that waits for MaxWait
+		select {
+		case <-joined: // the event is in a batch that waits for MaxWait
+		case err := <-errc:
+			t.Fatalf("handler returned %v before its event joined a batch", err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the event joined no batch within 30s")
+		}
 		start := time.Now()
 		if err := env.sink.Close(context.Background()); err != nil {
 			t.Fatal(err)
@@ -788,7 +796,7 @@ func TestBulk_Close(t *testing.T) {
 			t.Errorf("Close waited %s for MaxWait", d)
 		}
 		if err := <-errc; err != nil {
-			t.Fatalf("handler: %v (ErrBulkClosed: the event had not joined a batch within 200ms)", err)
+			t.Fatalf("handler: %v; want the batch it joined sent by Close", err)
 		}
 		if !getDoc(t, env.target, "orders", "a", "").Found {
 			t.Errorf("the batch formed before Close was not sent")

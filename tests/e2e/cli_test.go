@@ -27,7 +27,7 @@ import (
 // output.
 func runBinary(tb testing.TB, timeout time.Duration, args ...string) (int, string) {
 	tb.Helper()
-	cmd := exec.Command(binary(tb), args...)
+	cmd := binaryCommand(tb, nil, args...)
 	var out syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -45,7 +44,7 @@ func (s *syncBuffer) String() string {
 func startBinary(tb testing.TB, args ...string) *proc {
 	tb.Helper()
 	p := &proc{out: &syncBuffer{}}
-	p.cmd = exec.Command(binary(tb), args...)
+	p.cmd = binaryCommand(tb, nil, args...)
 	p.cmd.Stdout = p.out
 	p.cmd.Stderr = p.out
 	if err := p.cmd.Start(); err != nil {
@@ -123,8 +122,5 @@ func TestCLI_SIGTERMReleasesTheLease(t *testing.T) {
 	}
 	if n, _ := rdb.Exists(context.Background(), keys.Lease()).Result(); n != 0 {
 		t.Fatalf("the lease is still held after a graceful stop (TTL 1m would block a standby)")
-	}
-	if !strings.Contains(p.out.String(), "released the lease") {
-		t.Errorf("no log line about releasing the lease:\n%s", p.out)
 	}
 }

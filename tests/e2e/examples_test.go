@@ -631,7 +631,7 @@ func bootstrapPipeline(tb testing.TB, c backend, argv []string, redisURL, feed, 
 		tb.Fatal(err)
 	}
 	srcOut, appOut := &syncBuffer{}, &syncBuffer{}
-	src := exec.Command(binary(tb), append([]string{"consume", "--redis", redisURL, "--feed", feed, "--group", group,
+	src := binaryCommand(tb, nil, append([]string{"consume", "--redis", redisURL, "--feed", feed, "--group", group,
 		"--bootstrap", "--bootstrap-only", "--sink", "stdout"}, inspect(c).cliArgs()...)...)
 	src.Stdout, src.Stderr = w, srcOut
 	app := exec.Command(argv[0], append(argv[1:], "--apply-stdin", "--redis", redisURL, "--feed", feed,

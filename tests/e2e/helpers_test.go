@@ -36,6 +36,18 @@ var (
 	buildErr  error
 )
 
+// raceBinary: binary builds es-changefeed with -race when this test binary
+// is race-built (raceBuild), so that go test -race checks the relay and
+// consumer processes the suite starts as well as its own code; on the
+// emulator only. The real-cluster run (ESCF_TEST_ENGINE set, next to JVMs
+// on CI's 2 cores) keeps plain binaries: over 7 binary-heavy tests,
+// race-built ones took 14% more time and 17% more CPU (up to 59% more time
+// for one), and CI's 40 minutes have little room left.
+var raceBinary = raceBuild && os.Getenv("ESCF_TEST_ENGINE") == ""
+
+// binary builds es-changefeed once for the package (with -race: see
+// raceBinary). Start it with binaryCommand, which fails the test on a race
+// report.
 func binary(tb testing.TB) string {
 	tb.Helper()
 	buildOnce.Do(func() {
@@ -45,17 +57,62 @@ func binary(tb testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "es-changefeed")
-		cmd := exec.Command("go", "build", "-o", binPath, ".")
+		args := []string{"build", "-o", binPath}
+		if raceBinary {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, ".")...)
 		cmd.Dir = filepath.Join("..", "..")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			buildErr = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	})
 	if buildErr != nil {
 		tb.Fatal(buildErr)
 	}
 	return binPath
+}
+
+// raceExitCode is the exit code of a race-built subprocess that found a
+// data race (GORACE exitcode; 66 is the race detector's own default).
+const raceExitCode = 66
+
+// binaryCommand is exec.Command of the es-changefeed binary with extra
+// environment variables. When the binary is race-built, the race detector
+// writes its reports to files of a directory of the test's (GORACE
+// log_path: they do not mix with the output the test reads) and the test
+// fails, at its end, for each "WARNING: DATA RACE" found there; a process
+// that found one exits with raceExitCode.
+func binaryCommand(tb testing.TB, env []string, args ...string) *exec.Cmd {
+	tb.Helper()
+	cmd := exec.Command(binary(tb), args...)
+	cmd.Env = append(os.Environ(), env...)
+	if !raceBinary {
+		return cmd
+	}
+	dir := tb.TempDir()
+	cmd.Env = append(cmd.Env, fmt.Sprintf("GORACE=log_path=%s exitcode=%d", filepath.Join(dir, "race"), raceExitCode))
+	// Cleanups run last-registered first: this one after those the caller
+	// registers to stop the process, before the one removing dir.
+	tb.Cleanup(func() { checkRaceReports(tb, dir, args) })
+	return cmd
+}
+
+// checkRaceReports fails tb for each race report in dir.
+func checkRaceReports(tb testing.TB, dir string, args []string) {
+	tb.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "race*"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			tb.Errorf("read the race report %s: %v", f, err)
+			continue
+		}
+		if n := strings.Count(string(b), "WARNING: DATA RACE"); n > 0 {
+			tb.Errorf("es-changefeed %s: %d data race(s) (%s):\n%s", strings.Join(args, " "), n, filepath.Base(f), b)
+		}
+	}
 }
 
 // httpDo sends a JSON request and returns status and body.
@@ -393,3 +450,51 @@ func testLogLevel() slog.Level {
 
 // newTestLogger logs as text into w.
 func newTestLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+// leaseNames reports whether a lease token names process p: the binary's
+// lease owner is host-pid, its token owner/random.
+func leaseNames(token string, p *proc) bool {
+	owner, _, ok := strings.Cut(token, "/")
+	return ok && strings.HasSuffix(owner, fmt.Sprintf("-%d", p.cmd.Process.Pid))
+}
+
+// metricValue scrapes http://addr/metrics for the sample named name (with
+// its labels, as in `escf_lease_held` or `escf_backpressure`); ok is false
+// when it is not served (yet).
+func metricValue(tb testing.TB, addr, name string) (v float64, ok bool) {
+	tb.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return 0, false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, found := strings.CutPrefix(l, name+" "); found {
+			if _, err := fmt.Sscan(rest, &v); err != nil {
+				tb.Fatalf("metric %s: %q: %v", name, l, err)
+			}
+			return v, true
+		}
+	}
+	return 0, false
+}
+
+// waitMetric waits until addr serves name with a value ok accepts.
+func waitMetric(tb testing.TB, addr, name string, ok func(float64) bool, timeout time.Duration) float64 {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		v, served := metricValue(tb, addr, name)
+		if served && ok(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s on http://%s/metrics: %v (served %v) after %s", name, addr, v, served, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -521,12 +521,24 @@ func TestPartitions_Resync(t *testing.T) {
 
 	args := append([]string{"resync"}, relayArgs(c, srv.URL(), feed, rs, "--partitions", "3")[1:]...)
 	p = startBinary(t, args...)
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(p.out.String(), "every partition's snapshot is written") {
-		if time.Now().After(deadline) {
-			t.Fatalf("resync did not finish:\n%s", p.out)
+	// The resync's snapshot is written when every partition's stream holds
+	// its snapshot_end.
+	snapshotEnded := func() bool {
+		for q, s := range partitionStreams(feed, parts) {
+			ended := false
+			for _, e := range entries(t, rdb, s)[before[q]:] {
+				ended = ended || e.Op == redisx.OpSnapshotEnd
+			}
+			if !ended {
+				return false
+			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		return true
+	}
+	for deadline := time.Now().Add(20 * time.Second); !snapshotEnded(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("resync wrote no snapshot_end in every partition within 20s:\n%s", p.out)
+		}
 	}
 	w.do(t, "PUT", c.URL()+"/"+rs+"/_doc/after", `{"n":2}`, "after")
 	waitUp(p)

@@ -85,8 +85,7 @@ func without(rules []string, drop string) []string {
 func startBinaryWithEnv(tb testing.TB, env []string, args ...string) *proc {
 	tb.Helper()
 	p := &proc{out: &syncBuffer{}}
-	p.cmd = exec.Command(binary(tb), args...)
-	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd = binaryCommand(tb, env, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		tb.Fatal(err)

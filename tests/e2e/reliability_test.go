@@ -731,23 +731,35 @@ func TestReliability_TwoRelays(t *testing.T) {
 	rdb := srv.Client(t)
 	keys := redisx.NewKeys("leased")
 	ttl := 500 * time.Millisecond
-	a := startBinary(t, relayArgs(c, srv.URL(), "leased", ix)...)
+	aAddr, bAddr := closedPort(t), closedPort(t)
+	a := startBinary(t, relayArgs(c, srv.URL(), "leased", ix, "--metrics-addr", aAddr)...)
 	holder := waitHolder(t, rdb.Get, keys.Lease(), "", 5*time.Second)
-	b := startBinary(t, relayArgs(c, srv.URL(), "leased", ix)...)
+	b := startBinary(t, relayArgs(c, srv.URL(), "leased", ix, "--metrics-addr", bAddr)...)
 	stopWriters := startWriters(t, c, ix, 2, 17, false, false)
+	// Both serve their metrics: each has decided whether it leads.
+	waitMetric(t, aAddr, "escf_lease_held", func(float64) bool { return true }, 10*time.Second)
+	waitMetric(t, bAddr, "escf_lease_held", func(float64) bool { return true }, 10*time.Second)
 	time.Sleep(time.Second)
 	if h, _ := rdb.Get(context.Background(), keys.Lease()).Result(); h != holder {
 		t.Fatalf("lease moved from %q to %q while the owner lived", holder, h)
 	}
-	owner, standby := a, b
-	if !strings.Contains(a.out.String(), "acquired the lease") {
-		owner, standby = b, a
+	// The owner is the process the lease's token names (host-pid/…).
+	owner, standby, standbyAddr := a, b, bAddr
+	if !leaseNames(holder, a) {
+		owner, standby, standbyAddr = b, a, aAddr
 	}
-	if strings.Contains(standby.out.String(), "acquired the lease") {
-		t.Fatalf("both relays acquired the lease:\nA:\n%s\nB:\n%s", a.out, b.out)
+	if !leaseNames(holder, owner) {
+		t.Fatalf("the lease %q names neither relay (pids %d, %d)", holder, a.cmd.Process.Pid, b.cmd.Process.Pid)
 	}
-	if !strings.Contains(standby.out.String(), "waiting as standby") {
-		t.Fatalf("the second relay does not say it is a standby:\n%s", standby.out)
+	ownerAddr := aAddr
+	if owner == b {
+		ownerAddr = bAddr
+	}
+	if v, _ := metricValue(t, ownerAddr, "escf_lease_held"); v != 1 {
+		t.Fatalf("the owner's escf_lease_held = %v, want 1:\n%s", v, owner.out)
+	}
+	if v, _ := metricValue(t, standbyAddr, "escf_lease_held"); v != 0 || !binaryRunning(standby) {
+		t.Fatalf("the second relay is not a running standby (escf_lease_held %v, running %v):\n%s", v, binaryRunning(standby), standby.out)
 	}
 	// SIGKILL the owner: the standby takes over within 2 × TTL.
 	killed := time.Now()
@@ -761,6 +773,10 @@ func TestReliability_TwoRelays(t *testing.T) {
 	// over; when the paused one resumes, its commit is refused and it
 	// becomes a standby.
 	holder2, _ := rdb.Get(context.Background(), keys.Lease()).Result()
+	if !leaseNames(holder2, standby) {
+		t.Fatalf("the lease went to %q, not to the standby (pid %d)", holder2, standby.cmd.Process.Pid)
+	}
+	waitMetric(t, standbyAddr, "escf_lease_held", func(v float64) bool { return v == 1 }, 10*time.Second)
 	paused := time.Now()
 	_ = standby.cmd.Process.Signal(syscall.SIGSTOP)
 	startBinary(t, relayArgs(c, srv.URL(), "leased", ix)...)
@@ -772,12 +788,14 @@ func TestReliability_TwoRelays(t *testing.T) {
 	ops, _ := writerOps(ws)
 	f := binaryFeed(t, srv, "leased")
 	waitCaughtUp(t, c, f.store, []string{ix}, 10*time.Second)
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(standby.out.String(), "lost the lease") && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
+	// The resumed stale owner notices it lost the lease: it stops leading
+	// (and keeps running, a standby again).
+	waitMetric(t, standbyAddr, "escf_lease_held", func(v float64) bool { return v == 0 }, 10*time.Second)
+	if h, _ := rdb.Get(context.Background(), keys.Lease()).Result(); leaseNames(h, standby) {
+		t.Fatalf("the lease %q is the resumed stale owner's again", h)
 	}
-	if !strings.Contains(standby.out.String(), "lost the lease") {
-		t.Fatalf("the resumed stale owner did not notice it lost the lease:\n%s", standby.out)
+	if !binaryRunning(standby) {
+		t.Fatalf("the resumed stale owner exited instead of waiting as a standby:\n%s", standby.out)
 	}
 	au := auditStream(t, c, f, []string{ix}, ws, 10*time.Second)
 	record(t, figure{Scenario: "two relays on one feed; an owner SIGSTOPped past its lease, then SIGCONT", Faults: 2,

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os/exec"
 	"sort"
 	"strings"
 	"testing"
@@ -146,7 +145,7 @@ func roundTrip(t *testing.T, fl esemu.Flavor) {
 	t.Run("stdout sink", func(t *testing.T) {
 		// stdout alone: a log line on stderr must not split a 5 MB line.
 		var stdout, stderr syncBuffer
-		cmd := exec.Command(binary(t), "consume", "--redis", srv.URL(), "--feed", "odd", "--group", "print", "--sink", "stdout")
+		cmd := binaryCommand(t, nil, "consume", "--redis", srv.URL(), "--feed", "odd", "--group", "print", "--sink", "stdout")
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

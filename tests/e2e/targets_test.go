@@ -558,9 +558,13 @@ func TestRun_RefusesLostState(t *testing.T) {
 	waitCaughtUp(t, c, storeFor(t, srv, "lost"), []string{kept}, 10*time.Second)
 	_ = q.cmd.Process.Signal(syscall.SIGTERM)
 	_ = q.cmd.Wait()
+	// run after resync takes the feed and follows it: its lease in Redis,
+	// a new document read, the process still running.
 	r := startBinary(t, relayArgs(c, srv.URL(), "lost", kept)...)
-	time.Sleep(1500 * time.Millisecond)
-	if r.cmd.ProcessState != nil || strings.Contains(r.out.String(), "state is lost") {
+	waitHolder(t, rdb.Get, keys.Lease(), "", 10*time.Second)
+	mustDo(t, "PUT", c.URL()+"/"+kept+"/_doc/2", `{}`)
+	waitCaughtUp(t, c, storeFor(t, srv, "lost"), []string{kept}, 10*time.Second)
+	if !binaryRunning(r) {
 		t.Fatalf("run after resync did not keep running:\n%s", r.out)
 	}
 	r.kill()

@@ -1,0 +1,5 @@
+package sink
+
+// SetBulkJoined sets the hook b calls each time an event joins the batch
+// being formed. Call it before the first handler call.
+func SetBulkJoined(b *Bulk, joined func()) { b.joined = joined }
