@@ -150,8 +150,9 @@ func (e roundEnv) shardState(tb testing.TB, uuid string, shard int) (cp, gap int
 	return cp, st.Gaps[id]
 }
 
-// gauge is the value of r's series name{index, shard}.
-func gauge(tb testing.TB, r *Relay, name, index, shard string) float64 {
+// metric is the value of r's gauge or counter name whose labels
+// include the pairs given ("index", "idx", "shard", "0").
+func metric(tb testing.TB, r *Relay, name string, labels ...string) float64 {
 	tb.Helper()
 	mfs, err := r.cfg.Metrics.(prometheus.Gatherer).Gather()
 	if err != nil {
@@ -161,17 +162,24 @@ func gauge(tb testing.TB, r *Relay, name, index, shard string) float64 {
 		if mf.GetName() != name {
 			continue
 		}
+	series:
 		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
+			have := map[string]string{}
 			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
+				have[l.GetName()] = l.GetValue()
 			}
-			if labels["index"] == index && labels["shard"] == shard {
-				return m.GetGauge().GetValue()
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue series
+				}
 			}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
 		}
 	}
-	tb.Fatalf("no series %s{index=%q, shard=%q}", name, index, shard)
+	tb.Fatalf("no series %s%v", name, labels)
 	return 0
 }
 
@@ -265,7 +273,7 @@ func TestRelay_Round(t *testing.T) {
 				t.Errorf("after the second round: pages pending %v, want none", sortedShards(cur.pending))
 			}
 			if tt.secondCP >= 0 {
-				if got := gauge(t, r, "escf_shard_checkpoint", "idx", "0"); got != float64(tt.secondCP) {
+				if got := metric(t, r, "escf_shard_checkpoint", "index", "idx", "shard", "0"); got != float64(tt.secondCP) {
 					t.Errorf("escf_shard_checkpoint = %g, want %d", got, tt.secondCP)
 				}
 				if got := cur.gaps[0]; got != tt.gap {
