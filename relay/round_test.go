@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/deletes"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 	"github.com/es-changefeed/es-changefeed/tests/esemu"
@@ -477,4 +478,70 @@ func TestRelay_Round_IndexLifecycle(t *testing.T) {
 			t.Errorf("the new index's checkpoint = %d, want 0", cp)
 		}
 	})
+}
+
+// TestRelay_Round_ScansDeletes: a shard's delete scan runs in the round
+// after its last page committed, before it is read further: a delete read
+// past as a gap is found, emitted once with the checkpoint as its seq no,
+// and the gap is cleared in Redis and in the cursor. A scan that aborts
+// (the count fails) does not fail the round; the next round's scan finds
+// the delete.
+func TestRelay_Round_ScansDeletes(t *testing.T) {
+	for _, abort := range []bool{false, true} {
+		t.Run(fmt.Sprintf("first scan aborted %v", abort), func(t *testing.T) {
+			ctx := context.Background()
+			e := newRoundEnv(t, "scans")
+			e.create(t, "idx", 1)
+			e.write(t, "idx", "a", "b", "c")
+			scanner, err := deletes.New(deletes.Config{ES: e.client, Client: e.rdb, Keys: e.keys, Store: e.store,
+				Interval: time.Nanosecond, DurableWait: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := e.relay(t, []string{"idx"}, func(c *Config) { c.Deletes = scanner })
+			cur := &cursor{target: "idx"}
+			round := func(what string) {
+				t.Helper()
+				if err := r.round(ctx, "idx", cur); err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				cur.nextTick()
+			}
+			round("read a, b, c")
+			round("settle them; the scanner's first sight of the shard")
+			e.write(t, "idx", "-b")
+			round("scan (gap proof), read the delete")
+			if st := scanner.Stats(); st.Due != 1 || st.SavedByGap != 1 {
+				t.Errorf("after the first scan: %+v, want one due, saved by the gap proof", st)
+			}
+			if abort {
+				if err := e.emu.InjectFault(esemu.Fault{Kind: esemu.KindCount, Status: 503, Count: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			round("settle the delete's window (gap 1), then scan the shard")
+			if abort {
+				if st := scanner.Stats(); st.Aborted != 1 || st.Deletes != 0 {
+					t.Errorf("after the aborted scan: %+v, want 1 aborted, no delete", st)
+				}
+				if cp, gap := e.shardState(t, cur.uuid, 0); cp != 3 || gap != 1 || cur.gaps[0] != 1 {
+					t.Errorf("after the aborted scan: checkpoint %d, gap %d (cursor %d); want 3, 1, 1", cp, gap, cur.gaps[0])
+				}
+				round("scan again")
+			}
+			if got, want := e.ops(t), []string{"upsert a", "upsert b", "upsert c", "delete b"}; !slices.Equal(got, want) {
+				t.Fatalf("events %v, want %v", got, want)
+			}
+			if ev := e.events(t)[3]; ev.SeqNo != 3 || ev.IndexUUID != cur.uuid || ev.Target != "idx" {
+				t.Errorf("delete event %+v: want seq no 3 (the checkpoint), uuid %s, target idx", ev, cur.uuid)
+			}
+			if cp, gap := e.shardState(t, cur.uuid, 0); cp != 3 || gap != 0 || cur.gaps[0] != 0 {
+				t.Errorf("after the scan: checkpoint %d, gap %d (cursor %d); want 3, 0, 0", cp, gap, cur.gaps[0])
+			}
+			round("nothing more")
+			if n := len(e.events(t)); n != 4 {
+				t.Errorf("%d events after another round, want 4", n)
+			}
+		})
+	}
 }
