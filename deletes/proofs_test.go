@@ -521,3 +521,87 @@ func TestConfig_ValidateFields(t *testing.T) {
 		})
 	}
 }
+
+var countAnswer = regexp.MustCompile(`"count"\s*:\s*\d+`)
+
+// TestScanner_Migrate_Aborts: a migration of a shard's delivered set of
+// the layout before ranges that meets a failed listing, count or
+// re-check, or a listing that disagrees with the counts around it, emits
+// nothing and keeps the old set whole; the next scan migrates it.
+func TestScanner_Migrate_Aborts(t *testing.T) {
+	ids := docIDs("doc", 50)
+	tests := []struct {
+		name    string
+		listing string
+		fault   *esemu.Fault
+		fr      *front
+		wantErr string
+	}{
+		{name: "the point in time cannot be opened", listing: es.ListingPIT, fault: &esemu.Fault{Kind: esemu.KindPIT, Status: 503, Count: 1}},
+		{name: "a scroll page fails", listing: es.ListingScroll, fault: &esemu.Fault{Kind: esemu.KindScroll, Status: 503, Count: 1}},
+		{name: "a scroll page times out", listing: es.ListingScroll, fault: &esemu.Fault{Kind: esemu.KindScroll, TimedOut: true, Count: 1}},
+		{name: "the count before the listing fails", listing: es.ListingPIT, fault: &esemu.Fault{Kind: esemu.KindCount, Status: 503, Count: 1}, wantErr: "count shard 0"},
+		{name: "the listing disagrees with the counts", listing: es.ListingPIT, fr: &front{rewrite: func(path string, _ int, body []byte) []byte {
+			if !strings.HasSuffix(path, "/_count") {
+				return body
+			}
+			return countAnswer.ReplaceAll(body, []byte(`"count":47`))
+		}}, wantErr: "listed 48 ids but _count said 47"},
+		{name: "the re-check fails", listing: es.ListingPIT, fr: &front{fail: func(path string, body []byte) bool {
+			return strings.HasSuffix(path, "/_search") && bytes.Contains(body, []byte(`"ids"`))
+		}}, wantErr: "re-check"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			f := newFeedFixture(t, "migrate-abort")
+			f.write(ids, false, "")
+			for _, id := range ids {
+				f.rdb.SAdd(ctx, f.keys.Delivered(f.uuid, 0), id)
+			}
+			f.write(ids[10:12], true, "")
+			if tt.fr != nil {
+				f.through(tt.fr)
+			}
+			sc := f.scannerWith(func(c *deletes.Config) { c.Listing, c.PageSize = tt.listing, 10 })
+			sh := f.shard(2)
+			firstSight(t, sc, sh)
+			if tt.fault != nil {
+				if err := f.emu.InjectFault(*tt.fault); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.fr != nil {
+				tt.fr.armed.Store(true)
+			}
+			res, err := sc.Scan(ctx, sh)
+			if !errors.Is(err, deletes.ErrAborted) {
+				t.Fatalf("Scan = %+v, %v; want an error wrapping ErrAborted", res, err)
+			}
+			if tt.wantErr != "" && !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("Scan: %v, want it to say %q", err, tt.wantErr)
+			}
+			if n, _ := f.rdb.SCard(ctx, f.keys.Delivered(f.uuid, 0)).Result(); n != int64(len(ids)) {
+				t.Errorf("the old set holds %d ids after the abort, want %d", n, len(ids))
+			}
+			if got := f.deleteEvents(); len(got) != 0 {
+				t.Errorf("the aborted migration emitted deletes %v", got)
+			}
+			if st := sc.Stats(); st.Aborted != 1 || st.Migrated != 0 || st.Deletes != 0 {
+				t.Errorf("Stats = %+v, want Aborted 1, Migrated 0, Deletes 0", st)
+			}
+			if g := f.gapCounter(); g != 2 {
+				t.Errorf("gap counter %d, want 2", g)
+			}
+			f.emu.ClearFaults()
+			if tt.fr != nil {
+				tt.fr.armed.Store(false)
+			}
+			res, err = sc.Scan(ctx, sh)
+			if err != nil || res.Deleted != 2 {
+				t.Fatalf("the scan after the abort: %+v, %v; want the migration's 2 deletes", res, err)
+			}
+			f.checkRecorded("after the migration", f.live())
+		})
+	}
+}
