@@ -351,3 +351,91 @@ func TestErrorKind(t *testing.T) {
 		})
 	}
 }
+
+// TestRelay_Start_RepairsLostCommits: Redis lost the relay's last commits
+// (an older append-only file, a lagging replica): at the next start the
+// documents they delivered are recorded again with a gap on their shard,
+// so a delete scan looks at them; commits older than the store remembers
+// make the feed's state lost instead (a resync rebuilds it).
+func TestRelay_Start_RepairsLostCommits(t *testing.T) {
+	tests := []struct {
+		name    string
+		memory  time.Duration // the store's RollbackMemory (0: its default)
+		wantErr error
+	}{
+		{name: "lost commits are recorded again for delete scans"},
+		{name: "lost commits older than the store remembers", memory: time.Nanosecond, wantErr: checkpoint.ErrStateLost},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			e := newRoundEnv(t, "repair")
+			store, err := checkpoint.New(checkpoint.Config{Client: e.rdb, Keys: e.keys, Lease: e.lease, RollbackMemory: tt.memory})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.store = store
+			e.create(t, "idx", 1)
+			e.write(t, "idx", "a", "b")
+			r := e.relay(t, []string{"idx"}, nil)
+			if err := r.start(ctx); err != nil {
+				t.Fatalf("first start: %v", err)
+			}
+			cur := &cursor{target: "idx"}
+			for range 2 {
+				if err := r.round(ctx, "idx", cur); err != nil {
+					t.Fatal(err)
+				}
+				cur.nextTick()
+			}
+			// One more commit: with a memory of 1ns, the page's commit is
+			// forgotten by then (a round trip to Redis takes longer).
+			if err := store.Commit(ctx, checkpoint.Batch{Meta: map[string]string{"note": "after the page"}}); err != nil {
+				t.Fatal(err)
+			}
+			// Redis loses the page's commit and the one after it.
+			n, err := e.rdb.HGet(ctx, e.keys.Meta(), checkpoint.MetaCommits).Int64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			lost, _ := e.rdb.Keys(ctx, "escf:{repair}:dlv*").Result()
+			if len(lost) == 0 {
+				t.Fatal("setup: no delivered keys to lose")
+			}
+			e.rdb.Del(ctx, append(lost, e.keys.Events())...)
+			e.rdb.HDel(ctx, e.keys.Checkpoints(), redisx.CheckpointField(cur.uuid, 0))
+			e.rdb.HSet(ctx, e.keys.Meta(), checkpoint.MetaCommits, n-2)
+
+			err = r.start(ctx)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), "resync") {
+					t.Fatalf("start: %v, want %v advising a resync", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("start after the loss: %v", err)
+			}
+			id := checkpoint.ShardID{IndexUUID: cur.uuid, Shard: 0}
+			docs, err := checkpoint.ReadDelivered(ctx, e.rdb, e.keys, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, d := range docs {
+				got = append(got, fmt.Sprintf("%s@%d", d.ID, d.SeqNo))
+			}
+			slices.Sort(got)
+			if want := []string{"a@0", "b@1"}; !slices.Equal(got, want) {
+				t.Errorf("delivered after the repair %v, want %v", got, want)
+			}
+			st := e.state(t)
+			if _, ok := st.Checkpoints[id]; ok || st.Gaps[id] != 1 {
+				t.Errorf("after the repair: checkpoint recorded %v, gap %d; want no checkpoint (read again) and gap 1", ok, st.Gaps[id])
+			}
+			if r.lost.Commits != 0 {
+				t.Errorf("the relay still remembers %d lost commits", r.lost.Commits)
+			}
+		})
+	}
+}
