@@ -32,6 +32,7 @@ import (
 // that has delivered it, written the way the relay writes.
 type feedFixture struct {
 	t     *testing.T
+	emu   *esemu.Cluster
 	url   string
 	es    *es.Client
 	rdb   *redis.Client
@@ -78,7 +79,7 @@ func newFeedFixture(t *testing.T, name string) *feedFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { emu.Close() })
-	f := &feedFixture{t: t, url: emu.URL()}
+	f := &feedFixture{t: t, emu: emu, url: emu.URL()}
 	ctx := context.Background()
 	if f.es, err = es.New(es.Config{URLs: []string{emu.URL()}}); err != nil {
 		t.Fatal(err)
