@@ -21,6 +21,12 @@ func (r *Relay) watchStream(ctx context.Context) {
 	}
 	t := time.NewTicker(period)
 	defer t.Stop()
+	// A relay that stops watching (lost the lease, stopping) is paused by
+	// nobody: whichever way it returns.
+	defer func() {
+		r.paused.Store(false)
+		r.m.backpressure.Set(0)
+	}()
 	lastTrim := time.Time{}
 	said := ""
 	for {
@@ -47,8 +53,6 @@ func (r *Relay) watchStream(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			r.paused.Store(false)
-			r.m.backpressure.Set(0)
 			return
 		case <-t.C:
 		}

@@ -254,7 +254,13 @@ func TestRelay_WatchStream(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); r.watchStream(wctx) }()
-	defer func() { cancel(); <-done }()
+	stopped := false
+	defer func() {
+		if !stopped {
+			cancel()
+			<-done
+		}
+	}()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		n, err := e.rdb.XLen(ctx, stream).Result()
@@ -271,5 +277,12 @@ func TestRelay_WatchStream(t *testing.T) {
 	}
 	if got := metric(t, r, "escf_stream_trimmed_entries_total"); got != 2 {
 		t.Errorf("escf_stream_trimmed_entries_total = %g, want 2", got)
+	}
+	// Stopped watching, whether between reads or in one: nobody pauses.
+	cancel()
+	<-done
+	stopped = true
+	if r.Paused() || metric(t, r, "escf_backpressure") != 0 {
+		t.Errorf("after the watch stopped: paused %v, escf_backpressure %g; want neither", r.Paused(), metric(t, r, "escf_backpressure"))
 	}
 }
