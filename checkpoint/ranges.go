@@ -2,7 +2,6 @@ package checkpoint
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -194,50 +193,88 @@ func appendRange(out []Doc, k redisx.Keys, id ShardID, r int64, fields map[strin
 	return out, nil
 }
 
+// readShard returns, in one atomic step, the set of the layout before
+// ranges (KEYS[2]), the counts hash (KEYS[1]), then each range number the
+// counts list with its hash (ARGV[1] .. range number, in the counts hash's
+// slot like dropRanges's keys).
+var readShard = redis.NewScript(`
+local counts = redis.call('HGETALL', KEYS[1])
+local out = {redis.call('SMEMBERS', KEYS[2]), counts}
+for i = 1, #counts, 2 do
+  if counts[i] ~= 'total' then
+    out[#out + 1] = counts[i]
+    out[#out + 1] = redis.call('HGETALL', ARGV[1] .. counts[i])
+  end
+end
+return out
+`)
+
 // ReadDelivered returns every document recorded for a shard, in both
 // layouts: the ranges, and the set of feeds not yet migrated (SeqNo -1).
-// It reads one state of the shard while a relay commits to it: the reads
-// go in one MULTI under WATCH of the counts hash and the set, which every
-// commit that adds or removes a document writes, and start again when one
-// did. It reads the whole shard into memory: for tests and small shards.
+// It reads one state of the shard, in one script, while a relay commits to
+// it: read key by key, the counts could list a range a later commit had
+// emptied. It reads the whole shard into memory: for tests and small
+// shards.
 func ReadDelivered(ctx context.Context, rdb redis.UniversalClient, k redisx.Keys, id ShardID) ([]Doc, error) {
-	countsKey, legacyKey := k.DeliveredCounts(id.IndexUUID, id.Shard), k.Delivered(id.IndexUUID, id.Shard)
-	const tries = 100
-	for range tries {
-		var docs []Doc
-		err := rdb.Watch(ctx, func(tx *redis.Tx) error {
-			counts, _, err := RangeCounts(ctx, tx, k, id)
-			if err != nil {
-				return err
+	keys := []string{k.DeliveredCounts(id.IndexUUID, id.Shard), k.Delivered(id.IndexUUID, id.Shard)}
+	res, err := readShard.Eval(ctx, rdb, keys, k.DeliveredRangePrefix(id.IndexUUID, id.Shard)).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("read the delivered documents of shard %s: %w", id, err)
+	}
+	bad := func(what string) error {
+		return fmt.Errorf("read the delivered documents of shard %s: the script returned %s", id, what)
+	}
+	if len(res) < 2 || len(res)%2 != 0 {
+		return nil, bad(fmt.Sprintf("%d values", len(res)))
+	}
+	strs := func(v any) ([]string, bool) {
+		a, ok := v.([]any)
+		if !ok {
+			return nil, false
+		}
+		out := make([]string, len(a))
+		for i := range a {
+			if out[i], ok = a[i].(string); !ok {
+				return nil, false
 			}
-			ranges := make([]int64, 0, len(counts))
-			for r := range counts {
-				ranges = append(ranges, r)
-			}
-			cmds := make([]*redis.MapStringStringCmd, len(ranges))
-			var legacy *redis.StringSliceCmd
-			if _, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				for i, r := range ranges {
-					cmds[i] = p.HGetAll(ctx, k.DeliveredRange(id.IndexUUID, id.Shard, r))
-				}
-				legacy = p.SMembers(ctx, legacyKey)
-				return nil
-			}); err != nil {
-				return err
-			}
-			for i, r := range ranges {
-				if docs, err = appendRange(docs, k, id, r, cmds[i].Val(), counts); err != nil {
-					return err
-				}
-			}
-			for _, docID := range legacy.Val() {
-				docs = append(docs, Doc{ID: docID, SeqNo: -1})
-			}
-			return nil
-		}, countsKey, legacyKey)
-		if !errors.Is(err, redis.TxFailedErr) {
-			return docs, err
+		}
+		return out, true
+	}
+	legacy, ok1 := strs(res[0])
+	flat, ok2 := strs(res[1])
+	if !ok1 || !ok2 || len(flat)%2 != 0 {
+		return nil, bad("a malformed set or counts hash")
+	}
+	counts := map[int64]int64{}
+	for i := 0; i < len(flat); i += 2 {
+		if flat[i] == "total" {
+			continue
+		}
+		r, err1 := strconv.ParseInt(flat[i], 10, 64)
+		n, err2 := strconv.ParseInt(flat[i+1], 10, 64)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("%s has field %q = %q: want a range number and a count", keys[0], flat[i], flat[i+1])
+		}
+		counts[r] = n
+	}
+	var docs []Doc
+	for i := 2; i < len(res); i += 2 {
+		rs, _ := res[i].(string)
+		r, err := strconv.ParseInt(rs, 10, 64)
+		kv, ok := strs(res[i+1])
+		if err != nil || !ok || len(kv)%2 != 0 {
+			return nil, bad(fmt.Sprintf("a malformed range %v", res[i]))
+		}
+		fields := make(map[string]string, len(kv)/2)
+		for j := 0; j < len(kv); j += 2 {
+			fields[kv[j]] = kv[j+1]
+		}
+		if docs, err = appendRange(docs, k, id, r, fields, counts); err != nil {
+			return nil, err
 		}
 	}
-	return nil, fmt.Errorf("read the delivered documents of shard %s: a commit changed them during each of %d reads", id, tries)
+	for _, docID := range legacy {
+		docs = append(docs, Doc{ID: docID, SeqNo: -1})
+	}
+	return docs, nil
 }
