@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 
 	"github.com/urfave/cli/v3"
@@ -95,8 +94,8 @@ func clusterConn(cmd *cli.Command, prefix string, urls []string) (es.Config, err
 	}
 	cfg.InsecureSkipVerify = insecure
 	if caPath != "" {
-		if cfg.CACertPEM, err = os.ReadFile(caPath); err != nil {
-			return cfg, usagef("--%s: %v", flag("ca-cert"), err)
+		if cfg.CACertPEM, err = flagFile(cmd, flag("ca-cert")); err != nil {
+			return cfg, err
 		}
 		if err := (es.Config{CACertPEM: cfg.CACertPEM}).Validate(); err != nil {
 			return cfg, usagef("--%s %s: no PEM certificate in it (want the CA certificate, -----BEGIN CERTIFICATE-----)", flag("ca-cert"), caPath)
@@ -107,11 +106,11 @@ func clusterConn(cmd *cli.Command, prefix string, urls []string) (es.Config, err
 		return cfg, usagef("--%s and --%s go together: pass the client certificate and its private key", flag("client-cert"), flag("client-key"))
 	}
 	if certPath != "" {
-		if cfg.ClientCertPEM, err = os.ReadFile(certPath); err != nil {
-			return cfg, usagef("--%s: %v", flag("client-cert"), err)
+		if cfg.ClientCertPEM, err = flagFile(cmd, flag("client-cert")); err != nil {
+			return cfg, err
 		}
-		if cfg.ClientKeyPEM, err = os.ReadFile(keyPath); err != nil {
-			return cfg, usagef("--%s: %v", flag("client-key"), err)
+		if cfg.ClientKeyPEM, err = flagFile(cmd, flag("client-key")); err != nil {
+			return cfg, err
 		}
 		if err := (es.Config{ClientCertPEM: cfg.ClientCertPEM, ClientKeyPEM: cfg.ClientKeyPEM}).Validate(); err != nil {
 			return cfg, usagef("--%s %s with --%s %s: %v (want PEM files: the certificate, -----BEGIN CERTIFICATE-----, and its private key)",
@@ -119,30 +118,6 @@ func clusterConn(cmd *cli.Command, prefix string, urls []string) (es.Config, err
 		}
 	}
 	return cfg, nil
-}
-
-// secret reads a credential given either as a value (flag or env) or as a
-// file (trailing newline trimmed), not both.
-func secret(cmd *cli.Command, valueFlag, fileFlag string) (string, error) {
-	v, path := cmd.String(valueFlag), cmd.String(fileFlag)
-	if path == "" {
-		return v, nil
-	}
-	if v != "" {
-		return "", usagef("--%s and --%s are both set: give the secret once", valueFlag, fileFlag)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", usagef("--%s: cannot read %s: %v", fileFlag, path, errors.Unwrap(err))
-	}
-	s := strings.TrimRight(string(b), "\r\n")
-	if strings.TrimSpace(s) == "" {
-		return "", usagef("--%s: %s is empty: write the secret into it (one line)", fileFlag, path)
-	}
-	if strings.ContainsAny(s, "\r\n") {
-		return "", usagef("--%s: %s has several lines: want the secret alone on one line", fileFlag, path)
-	}
-	return s, nil
 }
 
 // usedClusterFlags are the family's flags that are set, for "needs --es"
