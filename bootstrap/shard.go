@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/internal/backoff"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
@@ -183,12 +183,8 @@ func retryable(err error) bool {
 	return true // a moved primary, a settle timeout, a primary not started
 }
 
-// backoff is the pause before attempt+1: exponential from MinBackoff,
-// capped at MaxBackoff, with ±25% jitter.
+// backoff is the pause before attempt+1 (backoff.Delay from MinBackoff,
+// capped at MaxBackoff).
 func (c *copier) backoff(attempt int) time.Duration {
-	d := c.cfg.MinBackoff << min(attempt-1, 20)
-	if d > c.cfg.MaxBackoff || d <= 0 {
-		d = c.cfg.MaxBackoff
-	}
-	return time.Duration(float64(d) * (0.75 + rand.Float64()/2))
+	return backoff.Delay(c.cfg.MinBackoff, c.cfg.MaxBackoff, attempt)
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/es-changefeed/es-changefeed/internal/backoff"
 )
 
 // Defaults for PoolConfig fields left at their zero value.
@@ -25,6 +27,8 @@ const (
 	DefaultRetryBackoff    = 100 * time.Millisecond
 	DefaultMaxRetryBackoff = 5 * time.Second
 	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultStart: a new group starts at the beginning of the stream.
+	DefaultStart = "0"
 )
 
 // DefaultDeadConsumerIdle is how long a consumer with nothing pending must
@@ -46,7 +50,7 @@ type PoolConfig struct {
 	// the same lane, so they are handled one at a time, in order. Default 8.
 	Workers int
 	// Start is where a group created by the pool starts: "0" (the whole
-	// stream) or "$" (new events only). Default "0".
+	// stream) or "$" (new events only). Default DefaultStart ("0").
 	Start string
 	// Prefetch bounds the events read but not yet done (queued and being
 	// handled). Default 16 × Workers. Held events are kept ours with an
@@ -61,7 +65,8 @@ type PoolConfig struct {
 	// before it goes to the dead-letter stream. Default 10.
 	MaxDeliveries int64
 	// RetryBackoff is the first pause before retrying a failed event; it
-	// doubles each time, up to MaxRetryBackoff. Defaults 100ms and 5s.
+	// doubles each time, up to MaxRetryBackoff, each pause jittered down
+	// to between half and all of it (backoff.Delay). Defaults 100ms and 5s.
 	RetryBackoff, MaxRetryBackoff time.Duration
 	// ShutdownTimeout bounds how long the events read may take to be
 	// handled once Run's context ends. Default 30s.
@@ -117,7 +122,7 @@ func (c PoolConfig) withDefaults() PoolConfig {
 		c.Workers = DefaultWorkers
 	}
 	if c.Start == "" {
-		c.Start = "0"
+		c.Start = DefaultStart
 	}
 	if c.Prefetch == 0 {
 		c.Prefetch = 16 * c.Workers
@@ -518,7 +523,7 @@ func (p *Pool) ensureGroup(ctx context.Context) error {
 // (readChecked); only when there are none does it block for Block.
 func (p *Pool) readLoop(ctx context.Context) {
 	own := "0" // first: our own pending entries, from the start
-	bo := backoffState{min: p.cfg.RetryBackoff, max: p.cfg.MaxRetryBackoff}
+	bo := backoff.Backoff{Min: p.cfg.RetryBackoff, Max: p.cfg.MaxRetryBackoff}
 	for ctx.Err() == nil {
 		n := p.takeSlots(ctx)
 		if n == 0 {
@@ -566,12 +571,12 @@ func (p *Pool) readLoop(ctx context.Context) {
 					return
 				}
 			}
-			d := bo.next()
+			d := bo.Next()
 			p.redisFailed(began, "read failed; retrying", err, "retry_in", d.String())
 			sleepCtx(ctx, d)
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 		msgs := res[0].Messages
 		p.giveSlots(n - len(msgs))
 		if ctx.Err() != nil && len(msgs) > 0 {
@@ -874,7 +879,7 @@ func (p *Pool) handle(ctx, hctx context.Context, j *job) bool {
 		p.deadLetter(hctx, j, j.bad)
 		return false
 	}
-	backoff := p.cfg.RetryBackoff
+	pause := backoff.Backoff{Min: p.cfg.RetryBackoff, Max: p.cfg.MaxRetryBackoff}
 	for {
 		start := time.Now()
 		err := p.h(hctx, j.ev)
@@ -892,9 +897,8 @@ func (p *Pool) handle(ctx, hctx context.Context, j *job) bool {
 		case <-ctx.Done():
 			p.held.Delete(j.msg.ID) // retried by the next start or another consumer
 			return false
-		case <-time.After(backoff):
+		case <-time.After(pause.Next()):
 		}
-		backoff = min(2*backoff, p.cfg.MaxRetryBackoff)
 		began := time.Now()
 		claimed, cerr := p.cfg.Client.XClaim(hctx, &redis.XClaimArgs{Stream: p.cfg.Keys.Events(), Group: p.cfg.Group,
 			Consumer: p.cfg.Consumer, MinIdle: 0, Messages: []string{j.msg.ID}}).Result()
@@ -1095,22 +1099,6 @@ func (p *Pool) reclaimPass(ctx context.Context) {
 		cursor = next
 	}
 }
-
-// backoffState is a capped exponential backoff.
-type backoffState struct {
-	min, max, cur time.Duration
-}
-
-func (b *backoffState) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(2*b.cur, b.max)
-	}
-	return b.cur
-}
-
-func (b *backoffState) reset() { b.cur = 0 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/deletes"
+	bo "github.com/es-changefeed/es-changefeed/internal/backoff"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
@@ -628,12 +629,13 @@ func sortedShards(m map[int]*page) []int {
 }
 
 // settleDelay is the pause before the round that settles pending pages
-// again: none the first time, then 5 ms doubling up to 100 ms.
+// again: none the first time, then 5 ms doubling up to 100 ms (jittered,
+// backoff.Delay).
 func settleDelay(tries int) time.Duration {
 	if tries == 0 {
 		return 0
 	}
-	return min(5*time.Millisecond<<min(tries-1, 5), 100*time.Millisecond)
+	return bo.Delay(5*time.Millisecond, 100*time.Millisecond, tries)
 }
 
 // settleTimeout bounds how long a page waits for the global checkpoint to

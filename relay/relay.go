@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/deletes"
+	bo "github.com/es-changefeed/es-changefeed/internal/backoff"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
@@ -637,31 +637,19 @@ func (r *Relay) Snapshotted() bool {
 // Paused reports whether backpressure pauses reading now.
 func (r *Relay) Paused() bool { return r.paused.Load() }
 
-// backoff is a capped exponential backoff with full jitter that logs once
+// backoff is the retry pause of a loop (backoff.Backoff) that logs once
 // per change of error.
 type backoff struct {
-	min, max time.Duration
-	cur      time.Duration
-	lastErr  string
-	failing  bool
+	pause   bo.Backoff
+	lastErr string
+	failing bool
 }
 
 func (r *Relay) newBackoff() *backoff {
-	return &backoff{min: r.cfg.MinBackoff, max: r.cfg.MaxBackoff}
+	return &backoff{pause: bo.Backoff{Min: r.cfg.MinBackoff, Max: r.cfg.MaxBackoff}}
 }
 
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur *= 2
-		if b.cur > b.max {
-			b.cur = b.max
-		}
-	}
-	// Jitter in [cur/2, cur].
-	return b.cur/2 + time.Duration(rand.Int64N(int64(b.cur/2)+1))
-}
+func (b *backoff) next() time.Duration { return b.pause.Next() }
 
 // report logs err unless it is the same kind of error as the previous one.
 func (b *backoff) report(log *slog.Logger, msg string, err error, d time.Duration) {
@@ -677,7 +665,8 @@ func (b *backoff) recovered(log *slog.Logger) {
 	if b.failing {
 		log.Info("recovered")
 	}
-	b.failing, b.cur, b.lastErr = false, 0, ""
+	b.failing, b.lastErr = false, ""
+	b.pause.Reset()
 }
 
 // errorKind groups errors for "log once per state change": the same ES
