@@ -21,7 +21,7 @@ import (
 // and how. --bootstrap itself is consume's.
 func bootstrapFlags() []cli.Flag {
 	flags := []cli.Flag{
-		&cli.StringSliceFlag{Name: "es", Usage: "--bootstrap: the source cluster's URL (repeat for several nodes)", Sources: cli.EnvVars("ESCF_ES_URL")},
+		esFlag("--bootstrap: the source cluster's URL (repeat for several nodes)"),
 		&cli.StringSliceFlag{Name: "index", Usage: "--bootstrap: index expressions to copy, as run's --index (default: those the feed recorded for its indices)", Sources: cli.EnvVars("ESCF_INDEX")},
 		&cli.BoolFlag{Name: "hidden", Usage: "--bootstrap: let wildcards of --index match hidden indices too, as run's --hidden", Sources: cli.EnvVars("ESCF_HIDDEN")},
 		&cli.IntFlag{Name: "bootstrap-page-size", Value: bootstrap.DefaultPageSize, Usage: "--bootstrap: documents per listing page (1..10000)", Sources: cli.EnvVars("ESCF_BOOTSTRAP_PAGE_SIZE")},
@@ -69,7 +69,7 @@ func prepareBootstrapCopy(ctx context.Context, cmd *cli.Command, feed string, rd
 	if err != nil {
 		return nil, err
 	}
-	urls := splitList(cmd.StringSlice("es"))
+	urls := esURLs(cmd)
 	if len(urls) == 0 {
 		return nil, usagef("--bootstrap needs --es <the source cluster's URL>: the documents are copied from it")
 	}

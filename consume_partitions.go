@@ -19,12 +19,9 @@ import (
 	"github.com/es-changefeed/es-changefeed/relay"
 )
 
-// readPartitionsFlag is --partitions of consume and status: they read the
+// readPartitionsUsage is --partitions of consume and status: they read the
 // feed's partitions, they never choose them.
-func readPartitionsFlag() cli.Flag {
-	return &cli.IntFlag{Name: "partitions", Value: 1, Sources: cli.EnvVars("ESCF_PARTITIONS"),
-		Usage: "the feed's partition count; when left out, the count the feed records (escf:{feed}:meta partitions), else 1"}
-}
+const readPartitionsUsage = "the feed's partition count; when left out, the count the feed records (escf:{feed}:meta partitions), else 1"
 
 // resolvePartitions is the partition count to read: --partitions when
 // given (refused with a *redisx.PartitionsError when the feed records
@@ -39,14 +36,6 @@ func resolvePartitions(ctx context.Context, cmd *cli.Command, rdb redis.Universa
 		return 0, err
 	}
 	return choosePartitions(cmd, rec, feed, log)
-}
-
-// checkPartitionsFlag refuses a --partitions outside 1..MaxPartitions.
-func checkPartitionsFlag(cmd *cli.Command) error {
-	if n := cmd.Int("partitions"); n < 1 || n > redisx.MaxPartitions {
-		return usagef("--partitions %d: want 1..%d", n, redisx.MaxPartitions)
-	}
-	return nil
 }
 
 // choosePartitions is resolvePartitions on a record already read.

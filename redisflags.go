@@ -15,9 +15,6 @@ import (
 	"github.com/es-changefeed/es-changefeed/relay/sink"
 )
 
-// defaultRedisURL is the feed's Redis when --redis is not given.
-const defaultRedisURL = "redis://localhost:6379/0"
-
 // securityDoc is where the Redis ACL rules and TLS setup are documented.
 const securityDoc = "docs/SECURITY.md"
 

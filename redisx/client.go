@@ -22,6 +22,9 @@ import (
 // ErrBadURL wraps every reason a Redis URL is refused.
 var ErrBadURL = errors.New("bad Redis URL")
 
+// DefaultURL is the Redis a command uses when none is named.
+const DefaultURL = "redis://localhost:6379/0"
+
 // NewClient returns a client for a Redis URL: redis://[user:password@]host:port[/db],
 // rediss:// for TLS, or a Sentinel URL (see ClientConfig.URL). The caller
 // closes it. The error names the URL with its password masked.

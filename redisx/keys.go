@@ -30,6 +30,9 @@ type Keys struct {
 	tag  string
 }
 
+// DefaultFeed is the feed a command uses when none is named.
+const DefaultFeed = "default"
+
 // ValidateFeed checks a feed name: 1-100 characters, none of them braces,
 // whitespace or ':' (they would break the hash tag or the key layout).
 func ValidateFeed(feed string) error {

@@ -20,8 +20,12 @@ import (
 // changes afterwards.
 const MetaPartitions = "partitions"
 
-// MaxPartitions bounds --partitions.
+// MaxPartitions bounds a feed's partition count.
 const MaxPartitions = 1024
+
+// DefaultPartitions is the partition count of a feed that records none:
+// one stream, the layout of NewKeys.
+const DefaultPartitions = 1
 
 // PartitionRecord is what a feed's meta hash says of its partitions.
 type PartitionRecord struct {
