@@ -116,7 +116,10 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 	if consumer == "" {
 		consumer = ownerName()
 	}
-	reg := consumeRegistry(rdb, feed, partitions)
+	reg, err := consumeRegistry(rdb, feed, partitions)
+	if err != nil {
+		return err
+	}
 	pools, err := partitionPools(redisx.PoolConfig{Client: rdb, Keys: keys, Group: group, Consumer: consumer,
 		Workers: cmd.Int("workers"), Start: cmd.String("start"), Prefetch: cmd.Int("prefetch"),
 		MinIdle: cmd.Duration("min-idle"), MaxDeliveries: int64(cmd.Int("max-deliveries")),

@@ -203,7 +203,10 @@ func runFeed(ctx context.Context, cfg runConfig, log *slog.Logger) (err error) {
 	log.Info("connected to "+info.String(), "cluster", info.ClusterName, "distribution", info.Distribution, "version", info.Version, "urls", client.URLs())
 	fc := cfg.feed
 	fc.ES, fc.Redis, fc.Owner, fc.Logger = client, rdb, ownerName(), log
-	reg := newRegistry()
+	reg, err := newRegistry()
+	if err != nil {
+		return err
+	}
 	fc.Metrics = reg
 	f, err := relay.NewFeed(fc)
 	if err != nil {

@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -57,16 +58,24 @@ func choosePartitions(cmd *cli.Command, rec redisx.PartitionRecord, feed string,
 // consumeRegistry is consume's metrics registry (newRegistry) with the
 // feed's stream collector: for more than one partition, one per partition,
 // each with a partition label.
-func consumeRegistry(rdb redis.UniversalClient, feed string, partitions int) *prometheus.Registry {
-	reg := newRegistry()
+func consumeRegistry(rdb redis.UniversalClient, feed string, partitions int) (*prometheus.Registry, error) {
+	reg, err := newRegistry()
+	if err != nil {
+		return nil, err
+	}
 	if partitions <= 1 {
-		reg.MustRegister(redisx.NewStreamCollector(rdb, redisx.NewKeys(feed)))
-		return reg
+		if err := reg.Register(redisx.NewStreamCollector(rdb, redisx.NewKeys(feed))); err != nil {
+			return nil, fmt.Errorf("register the stream collector of feed %s: %w", feed, err)
+		}
+		return reg, nil
 	}
 	for p := range partitions {
-		prometheus.WrapRegistererWith(relay.PartitionLabels(p), reg).MustRegister(redisx.NewStreamCollector(rdb, redisx.PartitionKeys(feed, p, partitions)))
+		wrapped := prometheus.WrapRegistererWith(relay.PartitionLabels(p), reg)
+		if err := wrapped.Register(redisx.NewStreamCollector(rdb, redisx.PartitionKeys(feed, p, partitions))); err != nil {
+			return nil, fmt.Errorf("register the stream collector of partition %d of feed %s: %w", p, feed, err)
+		}
 	}
-	return reg
+	return reg, nil
 }
 
 // partitionPools builds one pool per partition from cfg (the pool of the

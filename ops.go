@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,10 +22,14 @@ func metricsFlag() cli.Flag {
 
 // newRegistry is the process's Prometheus registry with the Go and process
 // collectors (a relay.Feed registers the feed's own).
-func newRegistry() *prometheus.Registry {
+func newRegistry() (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register the process metrics: %w", err)
+		}
+	}
+	return reg, nil
 }
 
 // serveOps starts the metrics/status server when --metrics-addr is set; it

@@ -269,7 +269,11 @@ func (f *Feed) newPart(n int, keys redisx.Keys, log *slog.Logger, reg prometheus
 	if err != nil {
 		return nil, err
 	}
-	p := &part{n: n, keys: keys, log: log, lease: lease, store: store, carry: &carry{m: newMetrics(reg)}}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	p := &part{n: n, keys: keys, log: log, lease: lease, store: store, carry: &carry{m: m}}
 	if d := cfg.Deletes; d.Enabled {
 		p.scanner, err = deletes.New(deletes.Config{ES: cfg.ES, Client: cfg.Redis, Keys: keys, Store: store,
 			Interval: d.Interval, MaxDeleteFraction: d.MaxDeleteFraction, Listing: d.Listing, Logger: log, Metrics: reg})

@@ -319,7 +319,11 @@ func New(cfg Config) (*Relay, error) {
 		r.m, r.sawMeta, r.lost = c.m, c.sawMeta, c.lost
 		c.mu.Unlock()
 	} else {
-		r.m = newMetrics(cfg.Metrics)
+		m, err := newMetrics(cfg.Metrics)
+		if err != nil {
+			return nil, err
+		}
+		r.m = m
 	}
 	r.stats = statsBatcher{r: r, epoch: time.Now(), window: cfg.StatsWindow}
 	r.refreshes = refreshBatcher{window: cfg.StatsWindow}
