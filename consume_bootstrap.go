@@ -33,16 +33,6 @@ func bootstrapFlags() []cli.Flag {
 	return append(flags, clusterFlags("es", "ESCF_ES", "the source cluster")...)
 }
 
-// bootstrapFlagNames are the flags that mean something only with
-// --bootstrap (for needs).
-func bootstrapFlagNames() []string {
-	var out []string
-	for _, f := range bootstrapFlags() {
-		out = append(out, f.Names()[0])
-	}
-	return out
-}
-
 // runBootstrapCopy copies every current document of the feed's indices
 // from the source cluster the --es flags name through handler (package
 // bootstrap): after the caller recorded the stream position, before it

@@ -47,8 +47,6 @@ var (
 	// in Config.MaxAttempts attempts.
 	ErrGaveUp = errors.New("gave up reading a shard")
 
-	// errPrimaryChanged: the primary moved before a view settled.
-	errPrimaryChanged = es.ErrPrimaryChanged
 	// errRecreated: the index's uuid changed under the copy (deleted and
 	// created again): it is copied again, as the new index.
 	errRecreated = errors.New("the index was deleted and created again during the copy")

@@ -155,7 +155,7 @@ func (c *copier) primary(ctx context.Context, ec *es.Client, ix *indexCopy, shar
 
 // settle returns once what a view of the shard opened after reading
 // primary may show can no longer be taken back: the relay's rule
-// (es.Settle, docs/DESIGN.md §2). A new primary is errPrimaryChanged (the
+// (es.Settle, docs/DESIGN.md §2). A new primary is es.ErrPrimaryChanged (the
 // view is read again); a gcp that does not get there within SettleTimeout
 // is an error too.
 func (c *copier) settle(ctx context.Context, ec *es.Client, ix *indexCopy, shard int, primary es.ShardCheckpoints) error {

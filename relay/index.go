@@ -231,7 +231,7 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) error {
 		cur.refreshed = tick
 		reads := make([]shardRead, len(todo))
 		for i, w := range todo {
-			reads[i] = shardRead{w.shard, w.cp, w.gcp, w.primary}
+			reads[i] = shardRead(w)
 		}
 		if err := r.readShards(ctx, name, cur, reads); err != nil {
 			return err
