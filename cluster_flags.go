@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
 
@@ -136,7 +137,7 @@ func usedClusterFlags(cmd *cli.Command, prefix string) []string {
 func warnInsecure(log *slog.Logger, flag, urls string) {
 	log.Warn("TLS certificate verification is off: the connection can be intercepted, anyone on the network path can read and change the traffic (credentials included); use --"+
 		strings.TrimSuffix(flag, "-insecure")+"-ca-cert instead",
-		"flag", "--"+flag, "urls", urls)
+		logkey.Flag, "--"+flag, logkey.URLs, urls)
 }
 
 // authDesc says who a cluster config authenticates as, for messages.

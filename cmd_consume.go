@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 	"github.com/es-changefeed/es-changefeed/relay/sink"
@@ -132,13 +133,13 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 		return err
 	}
 	if partitions > 1 {
-		log.Info("consuming", "streams", streamsOf(feed, partitions), "partitions", partitions, "group", group, "consumer", consumer, "sink", cmd.String("sink"))
+		log.Info("consuming", logkey.Streams, streamsOf(feed, partitions), logkey.Partitions, partitions, logkey.Group, group, logkey.Consumer, consumer, logkey.Sink, cmd.String("sink"))
 	} else {
-		log.Info("consuming", "stream", keys.Events(), "group", group, "consumer", consumer, "sink", cmd.String("sink"))
+		log.Info("consuming", logkey.Stream, keys.Events(), logkey.Group, group, logkey.Consumer, consumer, logkey.Sink, cmd.String("sink"))
 	}
 	go watchPartitions(ctx, rdb, feed, partitions, partitionsRecheck, func(err error) {
 		err = fmt.Errorf("the feed recorded its partition count after this consumer started: %w; restart consume (without --partitions it reads every recorded partition)", err)
-		log.Error("stopping", "error", err.Error())
+		log.Error("stopping", logkey.Error, err.Error())
 		stop(err)
 	})
 	runErr := runPools(ctx, pools, s.Handler())
@@ -227,7 +228,7 @@ func newSink(ctx context.Context, cmd *cli.Command, rdb redis.UniversalClient, k
 		if err != nil {
 			return nil, fmt.Errorf("--sink bulk: %w", explainES(err, "bulk-es", "bulk", ecfg))
 		}
-		log.Info("bulk sink: connected to "+info.String(), "cluster", info.ClusterName, "urls", client.URLs())
+		log.Info("bulk sink: connected to "+info.String(), logkey.Cluster, info.ClusterName, logkey.URLs, client.URLs())
 		s, err := sink.NewBulk(sink.BulkConfig{ES: client, Redis: rdb, Keys: keys, IndexTemplate: cmd.String("bulk-index"), Logger: log})
 		return s, wrapUsage("bulk", err)
 	case "redis":

@@ -11,6 +11,7 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/deletes"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay"
 	"github.com/es-changefeed/es-changefeed/relay/es"
@@ -200,7 +201,7 @@ func runFeed(ctx context.Context, cfg runConfig, log *slog.Logger) (err error) {
 	if err := info.CheckSupported(); err != nil {
 		return fmt.Errorf("%s: %w", client.URLs(), err)
 	}
-	log.Info("connected to "+info.String(), "cluster", info.ClusterName, "distribution", info.Distribution, "version", info.Version, "urls", client.URLs())
+	log.Info("connected to "+info.String(), logkey.Cluster, info.ClusterName, logkey.Distribution, info.Distribution, logkey.Version, info.Version, logkey.URLs, client.URLs())
 	fc := cfg.feed
 	fc.ES, fc.Redis, fc.Owner, fc.Logger = client, rdb, ownerName(), log
 	reg, err := newRegistry()

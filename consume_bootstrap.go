@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/bootstrap"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay"
 	"github.com/es-changefeed/es-changefeed/relay/es"
@@ -107,7 +108,7 @@ func prepareBootstrapCopy(ctx context.Context, cmd *cli.Command, feed string, rd
 	if err := info.CheckSupported(); err != nil {
 		return nil, fmt.Errorf("%s: %w", client.URLs(), err)
 	}
-	log.Info("bootstrap: connected to "+info.String(), "cluster", info.ClusterName, "urls", client.URLs())
+	log.Info("bootstrap: connected to "+info.String(), logkey.Cluster, info.ClusterName, logkey.URLs, client.URLs())
 	// cli splits slice values at commas; joined again, SplitTargets keeps
 	// an exclusion with the pattern before it ("logs-*,-logs-debug*").
 	var targets []string
@@ -129,8 +130,8 @@ func prepareBootstrapCopy(ctx context.Context, cmd *cli.Command, feed string, rd
 		for _, n := range res.Removed {
 			removed += n
 		}
-		log.Info("bootstrap: copied", "documents", res.Total(), "indices", len(res.Documents), "removed", removed,
-			"skipped", len(res.Skipped), "took", res.Duration.Round(time.Millisecond).String())
+		log.Info("bootstrap: copied", logkey.Documents, res.Total(), logkey.Indices, len(res.Documents), logkey.Removed, removed,
+			logkey.Skipped, len(res.Skipped), logkey.Took, res.Duration.Round(time.Millisecond).String())
 		return res, nil
 	}, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay"
 )
@@ -44,8 +45,8 @@ func choosePartitions(cmd *cli.Command, rec redisx.PartitionRecord, feed string,
 	passed := cmd.Int("partitions")
 	if !cmd.IsSet("partitions") {
 		if rec.Partitions > 1 && log != nil {
-			log.Info("the feed records its partition count; reading every partition", "partitions", rec.Partitions,
-				"recorded_in", redisx.NewKeys(feed).Meta())
+			log.Info("the feed records its partition count; reading every partition", logkey.Partitions, rec.Partitions,
+				logkey.RecordedIn, redisx.NewKeys(feed).Meta())
 		}
 		return rec.Effective(), nil
 	}
@@ -107,7 +108,7 @@ func partitionPools(cfg redisx.PoolConfig, feed string, partitions int) ([]*redi
 	for p := range pools {
 		pc := cfg
 		pc.Keys = redisx.PartitionKeys(feed, p, partitions)
-		pc.Logger = log.With("partition", p)
+		pc.Logger = log.With(logkey.Partition, p)
 		if reg != nil {
 			pc.Metrics = prometheus.WrapRegistererWith(relay.PartitionLabels(p), reg)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 	"github.com/es-changefeed/es-changefeed/relay/status"
@@ -44,10 +45,10 @@ func serveOps(ctx context.Context, addr string, reg *prometheus.Registry, rdb re
 	if err != nil {
 		return usageError{err}
 	}
-	log.Info("serving metrics and the status page", "addr", "http://"+srv.Addr()+"/")
+	log.Info("serving metrics and the status page", logkey.Addr, "http://"+srv.Addr()+"/")
 	go func() {
 		if err := srv.Run(ctx); err != nil {
-			log.Error("metrics server stopped", "error", err.Error())
+			log.Error("metrics server stopped", logkey.Error, err.Error())
 		}
 	}()
 	return nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/es-changefeed/es-changefeed/internal/backoff"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
@@ -49,7 +50,7 @@ func (c *copier) copyShard(ctx context.Context, ix *indexCopy, shard int, log *s
 				ErrGaveUp, shard, ix.name, attempt, err)
 		}
 		d := c.backoff(attempt)
-		log.Warn("bootstrap: reading the shard again from a new view", logShard, shard, logAttempt, attempt, logErr, err.Error(), logRetryIn, d.String())
+		log.Warn("bootstrap: reading the shard again from a new view", logkey.Shard, shard, logkey.Attempt, attempt, logkey.Error, err.Error(), logkey.RetryIn, d.String())
 		if !sleep(ctx, d) {
 			return sc, ctx.Err()
 		}

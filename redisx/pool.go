@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/es-changefeed/es-changefeed/internal/backoff"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 )
 
 // Defaults for PoolConfig fields left at their zero value.
@@ -233,7 +234,7 @@ func (p *Pool) redisFailed(began time.Time, msg string, err error, args ...any) 
 	}
 	o.calls++
 	o.mu.Unlock()
-	args = append(args, "error", err.Error())
+	args = append(args, logkey.Error, err.Error())
 	if first {
 		p.log.Warn(msg, args...)
 	} else {
@@ -258,7 +259,7 @@ func (p *Pool) redisOK(began time.Time) {
 	lasted, calls := o.recovered.Sub(o.since), o.calls
 	o.calls = 0
 	o.mu.Unlock()
-	p.log.Info("Redis answers again; recovered", "failing_for", lasted.Round(time.Millisecond).String(), "failed_calls", calls)
+	p.log.Info("Redis answers again; recovered", logkey.FailingFor, lasted.Round(time.Millisecond).String(), logkey.FailedCalls, calls)
 }
 
 // job is one event in a lane.
@@ -275,7 +276,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	p := &Pool{cfg: cfg, log: cfg.Logger.With("group", cfg.Group, "consumer", cfg.Consumer)}
+	p := &Pool{cfg: cfg, log: cfg.Logger.With(logkey.Group, cfg.Group, logkey.Consumer, cfg.Consumer)}
 	p.metrics = newPoolCollector(p)
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(p.metrics); err != nil {
@@ -364,7 +365,7 @@ func (p *Pool) Run(ctx context.Context, h Handler) error {
 	// stopped on a history loss), the wait for the read in flight included.
 	stopTimer := context.AfterFunc(rctx, func() {
 		t := time.AfterFunc(p.cfg.ShutdownTimeout, func() {
-			p.log.Warn("shutdown timeout: canceling handlers still running; events not handled stay pending", "timeout", p.cfg.ShutdownTimeout)
+			p.log.Warn("shutdown timeout: canceling handlers still running; events not handled stay pending", logkey.Timeout, p.cfg.ShutdownTimeout)
 			hcancel()
 		})
 		<-hctx.Done()
@@ -388,7 +389,7 @@ func (p *Pool) Run(ctx context.Context, h Handler) error {
 	<-ackDone
 	p.leaveGroup()
 	st := p.Stats()
-	p.log.Info("consumer stopped", "handled", st.Handled, "failed_attempts", st.Failed, "dead_lettered", st.DeadLettered, "reclaimed", st.Reclaimed)
+	p.log.Info("consumer stopped", logkey.Handled, st.Handled, logkey.FailedAttempts, st.Failed, logkey.DeadLettered, st.DeadLettered, logkey.Reclaimed, st.Reclaimed)
 	p.lostMu.Lock()
 	defer p.lostMu.Unlock()
 	return p.lost
@@ -403,7 +404,7 @@ func (p *Pool) historyLost(err error) {
 	}
 	p.lostMu.Unlock()
 	if first {
-		p.log.Error("history lost: stopping", "error", err.Error())
+		p.log.Error("history lost: stopping", logkey.Error, err.Error())
 		if p.stopReading != nil {
 			p.stopReading()
 		}
@@ -418,7 +419,7 @@ func (p *Pool) recordLost(err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if werr := p.cfg.Client.HSetNX(ctx, p.cfg.Keys.Lost(), p.cfg.Group, err.Error()).Err(); werr != nil {
-		p.log.Warn("cannot record the history loss in Redis", "key", p.cfg.Keys.Lost(), "error", werr.Error())
+		p.log.Warn("cannot record the history loss in Redis", logkey.Key, p.cfg.Keys.Lost(), logkey.Error, werr.Error())
 	}
 }
 
@@ -463,12 +464,12 @@ func (p *Pool) leaveGroup() {
 	removed, err := removeIdleConsumer.Run(ctx, p.cfg.Client, []string{p.cfg.Keys.Events()}, p.cfg.Group, p.cfg.Consumer, 0).Int()
 	switch {
 	case err != nil:
-		p.log.Warn("cannot remove this consumer from the group; others will once it is idle", "error", err.Error(), "after", p.cfg.DeadConsumerIdle.String())
+		p.log.Warn("cannot remove this consumer from the group; others will once it is idle", logkey.Error, err.Error(), logkey.After, p.cfg.DeadConsumerIdle.String())
 	case removed == 1:
 		p.removed.Add(1)
 		p.log.Debug("removed this consumer from the group")
 	default:
-		p.log.Info("events stay pending in this consumer's name; they will be reclaimed", "min_idle", p.cfg.MinIdle.String())
+		p.log.Info("events stay pending in this consumer's name; they will be reclaimed", logkey.MinIdle, p.cfg.MinIdle.String())
 	}
 }
 
@@ -508,7 +509,7 @@ func (p *Pool) ensureGroup(ctx context.Context) error {
 	}
 	err := p.cfg.Client.XGroupCreateMkStream(ctx, p.cfg.Keys.Events(), p.cfg.Group, p.cfg.Start).Err()
 	if err == nil {
-		p.log.Info("created consumer group", "stream", p.cfg.Keys.Events(), "start", p.cfg.Start)
+		p.log.Info("created consumer group", logkey.Stream, p.cfg.Keys.Events(), logkey.Start, p.cfg.Start)
 		return nil
 	}
 	if redis.HasErrorPrefix(err, "BUSYGROUP") {
@@ -572,7 +573,7 @@ func (p *Pool) readLoop(ctx context.Context) {
 				}
 			}
 			d := bo.Next()
-			p.redisFailed(began, "read failed; retrying", err, "retry_in", d.String())
+			p.redisFailed(began, "read failed; retrying", err, logkey.RetryIn, d.String())
 			sleepCtx(ctx, d)
 			continue
 		}
@@ -904,7 +905,7 @@ func (p *Pool) handle(ctx, hctx context.Context, j *job) bool {
 			Consumer: p.cfg.Consumer, MinIdle: 0, Messages: []string{j.msg.ID}}).Result()
 		switch {
 		case cerr != nil:
-			p.redisFailed(began, "cannot count a retry; the event stays pending", cerr, "id", j.msg.ID)
+			p.redisFailed(began, "cannot count a retry; the event stays pending", cerr, logkey.ID, j.msg.ID)
 			p.held.Delete(j.msg.ID)
 			return false
 		case len(claimed) == 0:
@@ -933,12 +934,12 @@ func (p *Pool) deadLetter(ctx context.Context, j *job, cause error) {
 	})
 	p.held.Delete(j.msg.ID)
 	if err != nil {
-		p.redisFailed(began, "cannot dead-letter the event; it stays pending", err, "id", j.msg.ID)
+		p.redisFailed(began, "cannot dead-letter the event; it stays pending", err, logkey.ID, j.msg.ID)
 		return
 	}
 	p.redisOK(began)
 	p.dead.Add(1)
-	p.log.Warn("event dead-lettered", "id", j.msg.ID, "deliveries", j.deliveries, "error", cause.Error(), "dead_letters", p.cfg.Keys.Dead())
+	p.log.Warn("event dead-lettered", logkey.ID, j.msg.ID, logkey.Deliveries, j.deliveries, logkey.Error, cause.Error(), logkey.DeadLetters, p.cfg.Keys.Dead())
 }
 
 // acker acknowledges in batches: up to 256 ids, or what arrived within 2ms.
@@ -955,7 +956,7 @@ func (p *Pool) acker() {
 		if err != nil {
 			// Unacknowledged entries stay pending and are handled again:
 			// at least once.
-			p.redisFailed(began, "XACK failed; the events will be delivered again", err, "events", len(batch))
+			p.redisFailed(began, "XACK failed; the events will be delivered again", err, logkey.Events, len(batch))
 		} else {
 			p.redisOK(began)
 			p.acked.Add(int64(len(batch)))
@@ -1050,7 +1051,7 @@ func (p *Pool) removeDeadConsumers(ctx context.Context) {
 		n, err := removeIdleConsumer.Run(ctx, p.cfg.Client, []string{p.cfg.Keys.Events()}, p.cfg.Group, c.Name, p.cfg.DeadConsumerIdle.Milliseconds()).Int()
 		if err == nil && n == 1 {
 			p.removed.Add(1)
-			p.log.Info("removed a dead consumer from the group", "dead_consumer", c.Name, "idle", c.Idle.Round(time.Second).String())
+			p.log.Info("removed a dead consumer from the group", logkey.DeadConsumer, c.Name, logkey.Idle, c.Idle.Round(time.Second).String())
 		}
 	}
 }

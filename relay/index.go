@@ -15,6 +15,7 @@ import (
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/deletes"
 	bo "github.com/es-changefeed/es-changefeed/internal/backoff"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
@@ -63,7 +64,7 @@ type cursor struct {
 // from Redis, because a failed commit may have been written. A closed index
 // is waited for. An index that cannot be followed returns ErrUnfollowable.
 func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) error {
-	log := r.log.With(logIndex, name)
+	log := r.log.With(logkey.Index, name)
 	b := r.newBackoff()
 	cur := cursor{target: target, fromNow: fromNow}
 	defer cur.dropPending(r)
@@ -305,7 +306,7 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 		return fmt.Errorf("index %s changed while being read (uuid %s, then %s)", name, st.UUID, settings.UUID)
 	}
 	if cur.told != "" && cur.told != st.UUID {
-		r.log.Warn("index was re-created: following the new index from its beginning", logIndex, name, "old_uuid", cur.told, logUUID, st.UUID)
+		r.log.Warn("index was re-created: following the new index from its beginning", logkey.Index, name, logkey.OldUUID, cur.told, logkey.IndexUUID, st.UUID)
 	}
 	cur.cps, cur.gaps, cur.origins, cur.histories, cur.readTo = map[int]int64{}, map[int]int64{}, map[int]int64{}, map[int]string{}, nil
 	for id, h := range cur.state.Histories {
@@ -381,7 +382,7 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 	}
 	if cur.told != st.UUID {
 		cur.told = st.UUID
-		r.log.Info("following index", logIndex, name, logUUID, st.UUID, "shards", settings.Shards, "checkpoints", len(cur.cps))
+		r.log.Info("following index", logkey.Index, name, logkey.IndexUUID, st.UUID, logkey.Shards, settings.Shards, logkey.Checkpoints, len(cur.cps))
 	}
 	return nil
 }
@@ -538,7 +539,7 @@ func (r *Relay) commitPage(ctx context.Context, name string, cur *cursor, pg *pa
 	}
 	cur.mu.Unlock()
 	if len(hits) > 0 {
-		r.log.Debug("committed", logIndex, name, logShard, shard, logEvents, len(hits), logCP, pg.next)
+		r.log.Debug("committed", logkey.Index, name, logkey.Shard, shard, logkey.Events, len(hits), logkey.Checkpoint, pg.next)
 	}
 	return nil
 }
@@ -557,8 +558,8 @@ func (r *Relay) settlePending(ctx context.Context, name string, st es.IndexStats
 		case !ok:
 			// No started primary in the stats: a failover under way.
 		case !sc.SamePrimary(pg.primary):
-			r.log.Debug("the primary changed before the page settled: reading it again", logIndex, name, logShard, shard,
-				"term", pg.primary.PrimaryTerm, "now", sc.PrimaryTerm)
+			r.log.Debug("the primary changed before the page settled: reading it again", logkey.Index, name, logkey.Shard, shard,
+				logkey.Term, pg.primary.PrimaryTerm, logkey.Now, sc.PrimaryTerm)
 			cur.release(r, shard)
 			continue
 		case pg.target < 0:

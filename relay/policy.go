@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 )
 
 // The target policy: what the relay does with what an expression resolves
@@ -71,7 +72,7 @@ func (r *Relay) nameless(ctx context.Context, expr string, notFound error, said 
 		}
 	}
 	said.once("expr:"+expr, "missing", func() {
-		r.log.Warn("the expression names no index, alias or data stream (a typo?); waiting for it to appear", "target", expr, logErr, notFound.Error())
+		r.log.Warn("the expression names no index, alias or data stream (a typo?); waiting for it to appear", logkey.Target, expr, logkey.Error, notFound.Error())
 	})
 	return nil
 }

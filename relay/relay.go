@@ -14,6 +14,7 @@ import (
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/deletes"
 	bo "github.com/es-changefeed/es-changefeed/internal/backoff"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
@@ -41,24 +42,6 @@ const (
 	DefaultMaxStreamLen    = 1_000_000
 	// commitTimeout bounds a commit that runs after shutdown began.
 	commitTimeout = 10 * time.Second
-)
-
-// Log attribute keys.
-const (
-	logIndex   = "index"
-	logShard   = "shard"
-	logUUID    = "index_uuid"
-	logErr     = "error"
-	logEvents  = "events"
-	logCP      = "checkpoint"
-	logGCP     = "global_checkpoint"
-	logHolder  = "holder"
-	logBackoff = "retry_in"
-
-	logFeed       = "feed"
-	logTargets    = "targets"
-	logPartition  = "partition"
-	logPartitions = "partitions"
 )
 
 // Config configures a Relay.
@@ -279,7 +262,7 @@ func (r *Relay) sayClosed(name, target string) {
 	}
 	r.mu.Unlock()
 	if !said {
-		r.log.Warn("index is closed: skipping it until it is reopened", logIndex, name, "target", target)
+		r.log.Warn("index is closed: skipping it until it is reopened", logkey.Index, name, logkey.Target, target)
 	}
 }
 
@@ -303,7 +286,7 @@ func (r *Relay) sayOpen(name string, note uint64) {
 	}
 	r.mu.Unlock()
 	if said {
-		r.log.Info("index reopened: resuming from its checkpoint", logIndex, name)
+		r.log.Info("index reopened: resuming from its checkpoint", logkey.Index, name)
 	}
 }
 
@@ -364,7 +347,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			if rerr := r.cfg.Lease.Release(rctx); rerr != nil {
-				r.log.Warn("could not release the lease; a standby takes over when it expires", logErr, rerr)
+				r.log.Warn("could not release the lease; a standby takes over when it expires", logkey.Error, rerr)
 			} else {
 				r.log.Info("released the lease")
 			}
@@ -375,17 +358,17 @@ func (r *Relay) Run(ctx context.Context) error {
 			return err
 		}
 		if errors.Is(err, redisx.ErrLeaseLost) {
-			r.log.Warn("lost the lease; waiting as standby to take it again", logErr, err)
+			r.log.Warn("lost the lease; waiting as standby to take it again", logkey.Error, err)
 			continue
 		}
 		if errors.Is(err, checkpoint.ErrRolledBack) {
-			r.log.Warn("Redis lost changes this relay had committed: loading the feed's state again and reading them again from the cluster", logErr, err)
+			r.log.Warn("Redis lost changes this relay had committed: loading the feed's state again and reading them again from the cluster", logkey.Error, err)
 			continue
 		}
 		if errors.Is(err, checkpoint.ErrNotReplicated) {
 			// A commit of the start-up (--wait-replicas) the replicas did
 			// not acknowledge: no replica yet after a failover. Start again.
-			r.log.Warn("a commit was not acknowledged by enough replicas; loading the feed's state again", logErr, err)
+			r.log.Warn("a commit was not acknowledged by enough replicas; loading the feed's state again", logkey.Error, err)
 			if !sleep(ctx, r.cfg.MinBackoff) {
 				return nil
 			}
@@ -420,7 +403,7 @@ func (r *Relay) acquire(ctx context.Context) error {
 	b := r.newBackoff()
 	for {
 		err := r.cfg.Lease.Acquire(ctx, func(holder string) {
-			r.log.Info("another relay holds the lease; waiting as standby", logHolder, holder)
+			r.log.Info("another relay holds the lease; waiting as standby", logkey.Holder, holder)
 		})
 		if err == nil {
 			r.log.Info("acquired the lease; leading the feed")
@@ -602,7 +585,7 @@ func (r *Relay) repair(ctx context.Context) error {
 	if err := r.commit(ctx, b); err != nil {
 		return err
 	}
-	r.log.Info("recorded the documents of the lost commits again, for delete scans", "commits", lost.Commits, "acknowledged", lost.Acknowledged, "documents", docs)
+	r.log.Info("recorded the documents of the lost commits again, for delete scans", logkey.Commits, lost.Commits, logkey.Acknowledged, lost.Acknowledged, logkey.Documents, docs)
 	r.mu.Lock()
 	r.lost = checkpoint.RolledBack{}
 	r.mu.Unlock()
@@ -659,7 +642,7 @@ func (b *backoff) next() time.Duration { return b.pause.Next() }
 func (b *backoff) report(log *slog.Logger, msg string, err error, d time.Duration) {
 	key := errorKind(err)
 	if key != b.lastErr {
-		log.Warn(msg, logErr, err.Error(), logBackoff, d.Round(time.Millisecond).String())
+		log.Warn(msg, logkey.Error, err.Error(), logkey.RetryIn, d.Round(time.Millisecond).String())
 		b.lastErr = key
 	}
 	b.failing = true

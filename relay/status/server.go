@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 )
 
 // DefaultSampleEvery is how often the server samples the feed for the
@@ -119,7 +121,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		if err := RenderPage(w, rep, s.History()); err != nil {
-			s.cfg.Logger.Warn("render the status page", "error", err.Error())
+			s.cfg.Logger.Warn("render the status page", logkey.Error, err.Error())
 		}
 	})
 	return mux
