@@ -64,6 +64,7 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 	if group == "" {
 		return usagef("no consumer group: pass --group <name> (or ESCF_GROUP)")
 	}
+	defer func() { err = explainLost(err, feed, group) }()
 	if err := checkFeed(feed); err != nil {
 		return err
 	}

@@ -70,6 +70,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
+	err = explain(err)
 	fmt.Fprintf(stderr, "es-changefeed: %v\n", err)
 	var ue usageError
 	if errors.As(err, &ue) || isCLIUsage(err) {

@@ -43,7 +43,7 @@ func serveOps(ctx context.Context, addr string, reg *prometheus.Registry, rdb re
 	srv, err := status.NewServer(status.ServerConfig{Addr: addr, Gatherer: reg, Sources: status.Sources{Redis: rdb, Keys: keys, ES: client},
 		Health: health, Ready: ready, Logger: log})
 	if err != nil {
-		return usageError{err}
+		return usagef("--metrics-addr: %w", err)
 	}
 	log.Info("serving metrics and the status page", logkey.Addr, "http://"+srv.Addr()+"/")
 	go func() {

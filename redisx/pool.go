@@ -92,7 +92,7 @@ func (c PoolConfig) Validate() error {
 	case c.Keys.Feed() == "":
 		return errors.New("pool config: Keys is empty (use NewKeys)")
 	case c.Group == "":
-		return errors.New("pool config: Group is empty: name the consumer group (--group)")
+		return errors.New("pool config: Group is empty: name the consumer group")
 	case c.Workers < 0 || c.Workers > 4096:
 		return fmt.Errorf("pool config: Workers = %d: want 1..4096", c.Workers)
 	case c.Start != "" && c.Start != "0" && c.Start != "$":
@@ -1089,8 +1089,8 @@ func (p *Pool) reclaimPass(ctx context.Context) {
 				p.gone.Add(int64(len(deleted)))
 				p.historyLost(&HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: p.cfg.Keys.Events(), State: st, Group: g})
 			} else {
-				p.historyLost(fmt.Errorf("%d pending entries are gone from the stream (%w; the oldest %s): re-initialize the group with es-changefeed consume --group %s --bootstrap",
-					len(deleted), ErrHistoryLost, deleted[0], p.cfg.Group))
+				p.historyLost(fmt.Errorf("%d pending entries are gone from the stream (%w; the oldest %s): re-initialize the group with a bootstrap",
+					len(deleted), ErrHistoryLost, deleted[0]))
 			}
 			return
 		}

@@ -714,7 +714,7 @@ func (r *Relay) forgetOthers(ctx context.Context, name, keep string, cur *cursor
 	for _, uuid := range uuids {
 		rec := cur.state.Indices[uuid]
 		if rec.ClusterUUID != "" && info.ClusterUUID != "" && rec.ClusterUUID != info.ClusterUUID {
-			return fmt.Errorf("%w: index %s (uuid %s) was followed on cluster %s, but --es now reaches cluster %s: refusing to emit deletes for it; point --es at the original cluster or start a new feed",
+			return fmt.Errorf("%w: index %s (uuid %s) was followed on cluster %s, but the relay now reaches cluster %s: refusing to emit deletes for it; point the relay at the original cluster or start a new feed",
 				deletes.ErrOtherCluster, name, uuid, rec.ClusterUUID, info.ClusterUUID)
 		}
 		cps := map[int]int64{}

@@ -154,7 +154,7 @@ func (c Config) Validate() error {
 	case c.Lease == nil:
 		return errors.New("relay config: Lease is nil")
 	case len(c.Targets) == 0:
-		return errors.New("relay config: no Targets: name at least one index, pattern, alias or data stream with --index")
+		return errors.New("relay config: no Targets: name at least one index, pattern, alias or data stream")
 	case c.PollInterval < 0:
 		return fmt.Errorf("relay config: PollInterval = %s: want > 0", c.PollInterval)
 	case c.ReadConcurrency < 0 || c.ReadConcurrency > 256:

@@ -87,7 +87,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr %s: %w", cfg.Addr, err)
+		return nil, fmt.Errorf("status server: listen on %s: %w", cfg.Addr, err)
 	}
 	return &Server{cfg: cfg, ln: ln}, nil
 }
