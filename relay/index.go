@@ -14,7 +14,7 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/deletes"
-	bo "github.com/es-changefeed/es-changefeed/internal/backoff"
+	"github.com/es-changefeed/es-changefeed/internal/backoff"
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
@@ -636,7 +636,7 @@ func settleDelay(tries int) time.Duration {
 	if tries == 0 {
 		return 0
 	}
-	return bo.Delay(5*time.Millisecond, 100*time.Millisecond, tries)
+	return backoff.Delay(5*time.Millisecond, 100*time.Millisecond, tries)
 }
 
 // settleTimeout bounds how long a page waits for the global checkpoint to

@@ -13,7 +13,7 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/deletes"
-	bo "github.com/es-changefeed/es-changefeed/internal/backoff"
+	"github.com/es-changefeed/es-changefeed/internal/backoff"
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
@@ -624,22 +624,22 @@ func (r *Relay) Snapshotted() bool {
 // Paused reports whether backpressure pauses reading now.
 func (r *Relay) Paused() bool { return r.paused.Load() }
 
-// backoff is the retry pause of a loop (backoff.Backoff) that logs once
+// retry is the retry pause of a loop (backoff.Backoff) that logs once
 // per change of error.
-type backoff struct {
-	pause   bo.Backoff
+type retry struct {
+	pause   backoff.Backoff
 	lastErr string
 	failing bool
 }
 
-func (r *Relay) newBackoff() *backoff {
-	return &backoff{pause: bo.Backoff{Min: r.cfg.MinBackoff, Max: r.cfg.MaxBackoff}}
+func (r *Relay) newBackoff() *retry {
+	return &retry{pause: backoff.Backoff{Min: r.cfg.MinBackoff, Max: r.cfg.MaxBackoff}}
 }
 
-func (b *backoff) next() time.Duration { return b.pause.Next() }
+func (b *retry) next() time.Duration { return b.pause.Next() }
 
 // report logs err unless it is the same kind of error as the previous one.
-func (b *backoff) report(log *slog.Logger, msg string, err error, d time.Duration) {
+func (b *retry) report(log *slog.Logger, msg string, err error, d time.Duration) {
 	key := errorKind(err)
 	if key != b.lastErr {
 		log.Warn(msg, logkey.Error, err.Error(), logkey.RetryIn, d.Round(time.Millisecond).String())
@@ -648,7 +648,7 @@ func (b *backoff) report(log *slog.Logger, msg string, err error, d time.Duratio
 	b.failing = true
 }
 
-func (b *backoff) recovered(log *slog.Logger) {
+func (b *retry) recovered(log *slog.Logger) {
 	if b.failing {
 		log.Info("recovered")
 	}
