@@ -20,6 +20,9 @@
 #                then its figures as the table of docs/RELIABILITY.md
 #   make fuzz    every fuzz target for FUZZTIME (default 10s) each; plain
 #                `go test` already runs their seed corpora as unit tests
+#   make vet     go vet, staticcheck (pinned as a tool in go.mod, run as
+#                `go tool staticcheck`; staticcheck.conf) and gofmt; make
+#                test runs it first
 
 GO ?= go
 export GOFLAGS ?= -buildvcs=false
