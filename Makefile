@@ -23,6 +23,9 @@
 #                then its figures as the table of docs/RELIABILITY.md
 #   make fuzz    every fuzz target for FUZZTIME (default 10s) each; plain
 #                `go test` already runs their seed corpora as unit tests
+#   make vet     go vet, staticcheck (pinned as a tool in go.mod, run as
+#                `go tool staticcheck`; staticcheck.conf) and gofmt; make
+#                test runs it first
 
 GO ?= go
 export GOFLAGS ?= -buildvcs=false
@@ -95,8 +98,11 @@ examples:
 	@cd examples/node && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --silent --no-audit --no-fund; }
 	@echo "examples: $$($(ESCF_EXAMPLES_VENV)/bin/python -c 'import redis; print("redis-py", redis.__version__)'), ioredis $$(node -p 'require("./examples/node/node_modules/ioredis/package.json").version')"
 
+# go vet, staticcheck (a go.mod tool: `go tool` builds the pinned
+# version; staticcheck.conf says which check is off and why), gofmt.
 vet:
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 # The real-cluster part of the e2e suite: with ESCF_TEST_ENGINE set, the

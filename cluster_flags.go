@@ -7,11 +7,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
 
@@ -95,8 +95,8 @@ func clusterConn(cmd *cli.Command, prefix string, urls []string) (es.Config, err
 	}
 	cfg.InsecureSkipVerify = insecure
 	if caPath != "" {
-		if cfg.CACertPEM, err = os.ReadFile(caPath); err != nil {
-			return cfg, usagef("--%s: %v", flag("ca-cert"), err)
+		if cfg.CACertPEM, err = flagFile(cmd, flag("ca-cert")); err != nil {
+			return cfg, err
 		}
 		if err := (es.Config{CACertPEM: cfg.CACertPEM}).Validate(); err != nil {
 			return cfg, usagef("--%s %s: no PEM certificate in it (want the CA certificate, -----BEGIN CERTIFICATE-----)", flag("ca-cert"), caPath)
@@ -107,11 +107,11 @@ func clusterConn(cmd *cli.Command, prefix string, urls []string) (es.Config, err
 		return cfg, usagef("--%s and --%s go together: pass the client certificate and its private key", flag("client-cert"), flag("client-key"))
 	}
 	if certPath != "" {
-		if cfg.ClientCertPEM, err = os.ReadFile(certPath); err != nil {
-			return cfg, usagef("--%s: %v", flag("client-cert"), err)
+		if cfg.ClientCertPEM, err = flagFile(cmd, flag("client-cert")); err != nil {
+			return cfg, err
 		}
-		if cfg.ClientKeyPEM, err = os.ReadFile(keyPath); err != nil {
-			return cfg, usagef("--%s: %v", flag("client-key"), err)
+		if cfg.ClientKeyPEM, err = flagFile(cmd, flag("client-key")); err != nil {
+			return cfg, err
 		}
 		if err := (es.Config{ClientCertPEM: cfg.ClientCertPEM, ClientKeyPEM: cfg.ClientKeyPEM}).Validate(); err != nil {
 			return cfg, usagef("--%s %s with --%s %s: %v (want PEM files: the certificate, -----BEGIN CERTIFICATE-----, and its private key)",
@@ -119,30 +119,6 @@ func clusterConn(cmd *cli.Command, prefix string, urls []string) (es.Config, err
 		}
 	}
 	return cfg, nil
-}
-
-// secret reads a credential given either as a value (flag or env) or as a
-// file (trailing newline trimmed), not both.
-func secret(cmd *cli.Command, valueFlag, fileFlag string) (string, error) {
-	v, path := cmd.String(valueFlag), cmd.String(fileFlag)
-	if path == "" {
-		return v, nil
-	}
-	if v != "" {
-		return "", usagef("--%s and --%s are both set: give the secret once", valueFlag, fileFlag)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", usagef("--%s: cannot read %s: %v", fileFlag, path, errors.Unwrap(err))
-	}
-	s := strings.TrimRight(string(b), "\r\n")
-	if strings.TrimSpace(s) == "" {
-		return "", usagef("--%s: %s is empty: write the secret into it (one line)", fileFlag, path)
-	}
-	if strings.ContainsAny(s, "\r\n") {
-		return "", usagef("--%s: %s has several lines: want the secret alone on one line", fileFlag, path)
-	}
-	return s, nil
 }
 
 // usedClusterFlags are the family's flags that are set, for "needs --es"
@@ -161,7 +137,7 @@ func usedClusterFlags(cmd *cli.Command, prefix string) []string {
 func warnInsecure(log *slog.Logger, flag, urls string) {
 	log.Warn("TLS certificate verification is off: the connection can be intercepted, anyone on the network path can read and change the traffic (credentials included); use --"+
 		strings.TrimSuffix(flag, "-insecure")+"-ca-cert instead",
-		"flag", "--"+flag, "urls", urls)
+		logkey.Flag, "--"+flag, logkey.URLs, urls)
 }
 
 // authDesc says who a cluster config authenticates as, for messages.

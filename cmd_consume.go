@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 	"github.com/es-changefeed/es-changefeed/relay/sink"
@@ -22,12 +23,12 @@ func consumeCommand() *cli.Command {
 		Name:  "consume",
 		Usage: "apply the feed's events to a sink with a worker pool in a Redis consumer group",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "feed", Value: "default", Usage: "feed name", Sources: cli.EnvVars("ESCF_FEED")},
+			feedFlag(),
 			&cli.StringFlag{Name: "group", Usage: "consumer group (required)", Sources: cli.EnvVars("ESCF_GROUP")},
 			&cli.StringFlag{Name: "consumer", Usage: "this consumer's name in the group (default <host>-<pid>)", Sources: cli.EnvVars("ESCF_CONSUMER")},
 			&cli.IntFlag{Name: "workers", Value: redisx.DefaultWorkers, Usage: "lanes: events of one document always go to the same lane", Sources: cli.EnvVars("ESCF_WORKERS")},
-			readPartitionsFlag(),
-			&cli.StringFlag{Name: "start", Value: "0", Usage: "where a new group starts: 0 (the whole stream; refused once the stream was trimmed: use --bootstrap) or $ (new events only)", Sources: cli.EnvVars("ESCF_START")},
+			partitionsFlag(readPartitionsUsage),
+			&cli.StringFlag{Name: "start", Value: redisx.DefaultStart, Usage: "where a new group starts: 0 (the whole stream; refused once the stream was trimmed: use --bootstrap) or $ (new events only)", Sources: cli.EnvVars("ESCF_START")},
 			&cli.BoolFlag{Name: "bootstrap", Usage: "join the feed with no gap however much was trimmed, or re-initialize a group that lost history: copy the cluster's current documents (--es) through the sink, then follow the stream from where it was when the copy began", Sources: cli.EnvVars("ESCF_BOOTSTRAP")},
 			&cli.BoolFlag{Name: "bootstrap-only", Usage: "with --bootstrap: exit 0 once the copy is done and the group positioned (its events are then for workers of your own)", Sources: cli.EnvVars("ESCF_BOOTSTRAP_ONLY")},
 			&cli.IntFlag{Name: "prefetch", Usage: "most events read and not yet done (default 16 × workers)", Sources: cli.EnvVars("ESCF_PREFETCH")},
@@ -42,13 +43,13 @@ func consumeCommand() *cli.Command {
 			&cli.DurationFlag{Name: "http-timeout", Value: sink.DefaultHTTPTimeout, Usage: "http sink: timeout of one request", Sources: cli.EnvVars("ESCF_HTTP_TIMEOUT")},
 			&cli.StringSliceFlag{Name: "http-header", Usage: `http sink: a header "Name: value" sent with every request (repeatable)`, Sources: cli.EnvVars("ESCF_HTTP_HEADER")},
 			&cli.StringSliceFlag{Name: "bulk-es", Usage: "bulk sink: the target cluster's URL (repeatable)", Sources: cli.EnvVars("ESCF_BULK_ES_URL")},
-			&cli.StringFlag{Name: "bulk-index", Value: "{index}", Usage: "bulk sink: target index name template ({index}, {index_uuid})", Sources: cli.EnvVars("ESCF_BULK_INDEX")},
+			&cli.StringFlag{Name: "bulk-index", Value: sink.DefaultBulkIndexTemplate, Usage: "bulk sink: target index name template ({index}, {index_uuid})", Sources: cli.EnvVars("ESCF_BULK_INDEX")},
 			&cli.StringFlag{Name: "cache-key", Value: sink.DefaultRedisKey, Usage: "redis sink: key template ({index}, {index_uuid}, {shard}, {id}, {routing})", Sources: cli.EnvVars("ESCF_CACHE_KEY")},
-			&cli.StringFlag{Name: "cache-mode", Value: "del", Usage: "redis sink: del (invalidate) or set (write the document)", Sources: cli.EnvVars("ESCF_CACHE_MODE")},
+			&cli.StringFlag{Name: "cache-mode", Value: string(sink.DefaultRedisMode), Usage: "redis sink: del (invalidate) or set (write the document)", Sources: cli.EnvVars("ESCF_CACHE_MODE")},
 			&cli.DurationFlag{Name: "cache-ttl", Usage: "redis sink: TTL of keys written in set mode (0: none)", Sources: cli.EnvVars("ESCF_CACHE_TTL")},
 			metricsFlag(),
 		}, slices.Concat(bootstrapFlags(), clusterFlags("bulk", "ESCF_BULK", "the bulk sink's target cluster"), logFlags(),
-			redisFlags("redis", "ESCF_REDIS", "the feed's Redis", defaultRedisURL),
+			redisFlags("redis", "ESCF_REDIS", "the feed's Redis", redisx.DefaultURL),
 			redisFlags("cache-redis", "ESCF_CACHE_REDIS", "the redis sink's cache (default: the feed's Redis)", ""))...),
 		Action: consumeAction,
 	}
@@ -63,6 +64,7 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 	if group == "" {
 		return usagef("no consumer group: pass --group <name> (or ESCF_GROUP)")
 	}
+	defer func() { err = explainLost(err, feed, group) }()
 	if err := checkFeed(feed); err != nil {
 		return err
 	}
@@ -116,7 +118,10 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 	if consumer == "" {
 		consumer = ownerName()
 	}
-	reg := consumeRegistry(rdb, feed, partitions)
+	reg, err := consumeRegistry(rdb, feed, partitions)
+	if err != nil {
+		return err
+	}
 	pools, err := partitionPools(redisx.PoolConfig{Client: rdb, Keys: keys, Group: group, Consumer: consumer,
 		Workers: cmd.Int("workers"), Start: cmd.String("start"), Prefetch: cmd.Int("prefetch"),
 		MinIdle: cmd.Duration("min-idle"), MaxDeliveries: int64(cmd.Int("max-deliveries")),
@@ -129,13 +134,13 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 		return err
 	}
 	if partitions > 1 {
-		log.Info("consuming", "streams", streamsOf(feed, partitions), "partitions", partitions, "group", group, "consumer", consumer, "sink", cmd.String("sink"))
+		log.Info("consuming", logkey.Streams, streamsOf(feed, partitions), logkey.Partitions, partitions, logkey.Group, group, logkey.Consumer, consumer, logkey.Sink, cmd.String("sink"))
 	} else {
-		log.Info("consuming", "stream", keys.Events(), "group", group, "consumer", consumer, "sink", cmd.String("sink"))
+		log.Info("consuming", logkey.Stream, keys.Events(), logkey.Group, group, logkey.Consumer, consumer, logkey.Sink, cmd.String("sink"))
 	}
 	go watchPartitions(ctx, rdb, feed, partitions, partitionsRecheck, func(err error) {
 		err = fmt.Errorf("the feed recorded its partition count after this consumer started: %w; restart consume (without --partitions it reads every recorded partition)", err)
-		log.Error("stopping", "error", err.Error())
+		log.Error("stopping", logkey.Error, err.Error())
 		stop(err)
 	})
 	runErr := runPools(ctx, pools, s.Handler())
@@ -224,7 +229,7 @@ func newSink(ctx context.Context, cmd *cli.Command, rdb redis.UniversalClient, k
 		if err != nil {
 			return nil, fmt.Errorf("--sink bulk: %w", explainES(err, "bulk-es", "bulk", ecfg))
 		}
-		log.Info("bulk sink: connected to "+info.String(), "cluster", info.ClusterName, "urls", client.URLs())
+		log.Info("bulk sink: connected to "+info.String(), logkey.Cluster, info.ClusterName, logkey.URLs, client.URLs())
 		s, err := sink.NewBulk(sink.BulkConfig{ES: client, Redis: rdb, Keys: keys, IndexTemplate: cmd.String("bulk-index"), Logger: log})
 		return s, wrapUsage("bulk", err)
 	case "redis":

@@ -11,6 +11,7 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/deletes"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay"
 	"github.com/es-changefeed/es-changefeed/relay/es"
@@ -42,8 +43,8 @@ func resyncCommand() *cli.Command {
 // relayFlags are the flags of run and resync.
 func relayFlags() []cli.Flag {
 	flags := []cli.Flag{
-		&cli.StringSliceFlag{Name: "es", Value: []string{es.DefaultURL}, Usage: "Elasticsearch/OpenSearch URL (repeat for several nodes)", Sources: cli.EnvVars("ESCF_ES_URL")},
-		&cli.StringFlag{Name: "feed", Value: "default", Usage: "feed name: the Redis keys are escf:{<feed>}:…", Sources: cli.EnvVars("ESCF_FEED")},
+		esFlag("Elasticsearch/OpenSearch URL (repeat for several nodes; default " + es.DefaultURL + ")"),
+		feedFlag(),
 		&cli.StringSliceFlag{Name: "index", Usage: "index, pattern (logs-*,-logs-debug*), alias or data stream to follow (repeatable, comma-separated)", Sources: cli.EnvVars("ESCF_INDEX")},
 		&cli.BoolFlag{Name: "hidden", Usage: "let wildcards match hidden indices too", Sources: cli.EnvVars("ESCF_HIDDEN")},
 		&cli.DurationFlag{Name: "poll-interval", Value: relay.DefaultPollInterval, Usage: "the poll tick: followed indices are looked at on shared ticks this far apart, with at most one forced refresh per index and tick", Sources: cli.EnvVars("ESCF_POLL_INTERVAL"), Validator: positiveDuration("poll-interval")},
@@ -63,9 +64,11 @@ func relayFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "max-backlog", Usage: "pause reading the cluster while a consumer group lags by more than this many entries (0: never)", Sources: cli.EnvVars("ESCF_MAX_BACKLOG")},
 		&cli.IntFlag{Name: "wait-replicas", Usage: "after each commit, wait (Redis WAIT) until this many replicas have it; fewer within --wait-timeout: the relay reloads its state and goes on (0: do not wait)", Sources: cli.EnvVars("ESCF_WAIT_REPLICAS")},
 		&cli.DurationFlag{Name: "wait-timeout", Value: checkpoint.DefaultWaitTimeout, Usage: "with --wait-replicas: how long each commit waits for the replicas", Sources: cli.EnvVars("ESCF_WAIT_TIMEOUT"), Validator: positiveDuration("wait-timeout")},
-		metricsFlag(), partitionsFlag(),
+		metricsFlag(),
+		partitionsFlag("split the feed in this many partitions (1..1024), each with its own stream, checkpoints and lease under escf:{<feed>:<p>}:…; " +
+			"relays run with the same count share them; fixed for the life of the feed"),
 	}
-	flags = append(flags, redisFlags("redis", "ESCF_REDIS", "the feed's Redis", defaultRedisURL)...)
+	flags = append(flags, redisFlags("redis", "ESCF_REDIS", "the feed's Redis", redisx.DefaultURL)...)
 	return slices.Insert(flags, 1, clusterFlags("es", "ESCF_ES", "the cluster")...) // after --es
 }
 
@@ -77,13 +80,6 @@ type runConfig struct {
 	// feed is the Feed's config without its clients (runFeed connects
 	// them) and without Snapshot (relayAction sets it for resync).
 	feed relay.FeedConfig
-}
-
-// partitionsFlag is --partitions of run and resync.
-func partitionsFlag() cli.Flag {
-	return &cli.IntFlag{Name: "partitions", Value: 1, Sources: cli.EnvVars("ESCF_PARTITIONS"),
-		Usage: "split the feed in this many partitions (1..1024), each with its own stream, checkpoints and lease under escf:{<feed>:<p>}:…; " +
-			"relays run with the same count share them; fixed for the life of the feed"}
 }
 
 func parseRunFlags(cmd *cli.Command) (runConfig, error) {
@@ -112,7 +108,7 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 		return c, usagef("--wait-timeout needs --wait-replicas N (N > 0)")
 	}
 	var err error
-	if c.es, err = clusterConn(cmd, "es", splitList(cmd.StringSlice("es"))); err != nil {
+	if c.es, err = clusterConn(cmd, "es", esURLs(cmd, es.DefaultURL)); err != nil {
 		return c, err
 	}
 	if rt := f.Retention; rt.MaxBacklog < 0 || rt.MaxStreamLen < 1 || rt.TrimInterval <= 0 || rt.MinRetention < 0 {
@@ -149,8 +145,8 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 	if c.redis, err = redisConfig(cmd, "redis"); err != nil {
 		return c, err
 	}
-	if f.Partitions < 1 || f.Partitions > redisx.MaxPartitions {
-		return c, usagef("--partitions %d: want 1..%d (1: one stream, as without the flag)", f.Partitions, redisx.MaxPartitions)
+	if err := checkPartitionsFlag(cmd); err != nil {
+		return c, err
 	}
 	return c, nil
 }
@@ -205,10 +201,13 @@ func runFeed(ctx context.Context, cfg runConfig, log *slog.Logger) (err error) {
 	if err := info.CheckSupported(); err != nil {
 		return fmt.Errorf("%s: %w", client.URLs(), err)
 	}
-	log.Info("connected to "+info.String(), "cluster", info.ClusterName, "distribution", info.Distribution, "version", info.Version, "urls", client.URLs())
+	log.Info("connected to "+info.String(), logkey.Cluster, info.ClusterName, logkey.Distribution, info.Distribution, logkey.Version, info.Version, logkey.URLs, client.URLs())
 	fc := cfg.feed
 	fc.ES, fc.Redis, fc.Owner, fc.Logger = client, rdb, ownerName(), log
-	reg := newRegistry()
+	reg, err := newRegistry()
+	if err != nil {
+		return err
+	}
 	fc.Metrics = reg
 	f, err := relay.NewFeed(fc)
 	if err != nil {

@@ -24,12 +24,12 @@ func statusCommand() *cli.Command {
 		Name:  "status",
 		Usage: "print the feed's state (checkpoints vs global checkpoints, stream, groups, lease, dead letters); exit 1 if unhealthy",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "feed", Value: "default", Usage: "feed name", Sources: cli.EnvVars("ESCF_FEED")},
-			&cli.StringSliceFlag{Name: "es", Usage: "cluster URL, to show each shard's global checkpoint and lag (optional)", Sources: cli.EnvVars("ESCF_ES_URL")},
+			feedFlag(),
+			esFlag("cluster URL, to show each shard's global checkpoint and lag (optional)"),
 			&cli.Int64Flag{Name: "max-lag", Value: status.DefaultMaxLag, Usage: "unhealthy above this lag (shard operations or group entries)", Sources: cli.EnvVars("ESCF_MAX_LAG")},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
-			readPartitionsFlag(),
-		}, append(clusterFlags("es", "ESCF_ES", "the cluster"), redisFlags("redis", "ESCF_REDIS", "the feed's Redis", defaultRedisURL)...)...),
+			partitionsFlag(readPartitionsUsage),
+		}, append(clusterFlags("es", "ESCF_ES", "the cluster"), redisFlags("redis", "ESCF_REDIS", "the feed's Redis", redisx.DefaultURL)...)...),
 		Action: statusAction,
 	}
 }
@@ -39,7 +39,7 @@ func statusAction(ctx context.Context, cmd *cli.Command) error {
 	if err := checkFeed(feed); err != nil {
 		return err
 	}
-	urls := splitList(cmd.StringSlice("es"))
+	urls := esURLs(cmd)
 	ecfg, err := clusterConn(cmd, "es", urls)
 	if err != nil {
 		return err

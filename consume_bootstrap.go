@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/bootstrap"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay"
 	"github.com/es-changefeed/es-changefeed/relay/es"
@@ -21,7 +22,7 @@ import (
 // and how. --bootstrap itself is consume's.
 func bootstrapFlags() []cli.Flag {
 	flags := []cli.Flag{
-		&cli.StringSliceFlag{Name: "es", Usage: "--bootstrap: the source cluster's URL (repeat for several nodes)", Sources: cli.EnvVars("ESCF_ES_URL")},
+		esFlag("--bootstrap: the source cluster's URL (repeat for several nodes)"),
 		&cli.StringSliceFlag{Name: "index", Usage: "--bootstrap: index expressions to copy, as run's --index (default: those the feed recorded for its indices)", Sources: cli.EnvVars("ESCF_INDEX")},
 		&cli.BoolFlag{Name: "hidden", Usage: "--bootstrap: let wildcards of --index match hidden indices too, as run's --hidden", Sources: cli.EnvVars("ESCF_HIDDEN")},
 		&cli.IntFlag{Name: "bootstrap-page-size", Value: bootstrap.DefaultPageSize, Usage: "--bootstrap: documents per listing page (1..10000)", Sources: cli.EnvVars("ESCF_BOOTSTRAP_PAGE_SIZE")},
@@ -31,16 +32,6 @@ func bootstrapFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "bootstrap-reconcile", Value: true, Usage: "--bootstrap with --sink bulk: delete what the mirror holds that the source no longer has (=false: keep it)", Sources: cli.EnvVars("ESCF_BOOTSTRAP_RECONCILE")},
 	}
 	return append(flags, clusterFlags("es", "ESCF_ES", "the source cluster")...)
-}
-
-// bootstrapFlagNames are the flags that mean something only with
-// --bootstrap (for needs).
-func bootstrapFlagNames() []string {
-	var out []string
-	for _, f := range bootstrapFlags() {
-		out = append(out, f.Names()[0])
-	}
-	return out
 }
 
 // runBootstrapCopy copies every current document of the feed's indices
@@ -69,7 +60,7 @@ func prepareBootstrapCopy(ctx context.Context, cmd *cli.Command, feed string, rd
 	if err != nil {
 		return nil, err
 	}
-	urls := splitList(cmd.StringSlice("es"))
+	urls := esURLs(cmd)
 	if len(urls) == 0 {
 		return nil, usagef("--bootstrap needs --es <the source cluster's URL>: the documents are copied from it")
 	}
@@ -117,7 +108,7 @@ func prepareBootstrapCopy(ctx context.Context, cmd *cli.Command, feed string, rd
 	if err := info.CheckSupported(); err != nil {
 		return nil, fmt.Errorf("%s: %w", client.URLs(), err)
 	}
-	log.Info("bootstrap: connected to "+info.String(), "cluster", info.ClusterName, "urls", client.URLs())
+	log.Info("bootstrap: connected to "+info.String(), logkey.Cluster, info.ClusterName, logkey.URLs, client.URLs())
 	// cli splits slice values at commas; joined again, SplitTargets keeps
 	// an exclusion with the pattern before it ("logs-*,-logs-debug*").
 	var targets []string
@@ -139,8 +130,8 @@ func prepareBootstrapCopy(ctx context.Context, cmd *cli.Command, feed string, rd
 		for _, n := range res.Removed {
 			removed += n
 		}
-		log.Info("bootstrap: copied", "documents", res.Total(), "indices", len(res.Documents), "removed", removed,
-			"skipped", len(res.Skipped), "took", res.Duration.Round(time.Millisecond).String())
+		log.Info("bootstrap: copied", logkey.Documents, res.Total(), logkey.Indices, len(res.Documents), logkey.Removed, removed,
+			logkey.Skipped, len(res.Skipped), logkey.Took, res.Duration.Round(time.Millisecond).String())
 		return res, nil
 	}, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/sink"
 )
@@ -65,7 +66,7 @@ func bootstrapGroup(ctx context.Context, cmd *cli.Command, rdb redis.UniversalCl
 		if err := setGroup(ctx, rdb, k.Events(), holdGroup(group), p); err != nil {
 			return fmt.Errorf("hold %s at %s for the bootstrap: %w", k.Events(), p.id, err)
 		}
-		log.Info("bootstrap: recorded the stream's position", "stream", k.Events(), "id", p.id, "entries_added", p.added)
+		log.Info("bootstrap: recorded the stream's position", logkey.Stream, k.Events(), logkey.ID, p.id, logkey.EntriesAdded, p.added)
 		pos = append(pos, p)
 	}
 	res, err := copyDocs(ctx)
@@ -76,9 +77,9 @@ func bootstrapGroup(ctx context.Context, cmd *cli.Command, rdb redis.UniversalCl
 		if err := moveGroup(ctx, rdb, p, group); err != nil {
 			return fmt.Errorf("move group %s of %s to %s after the copy: %w", group, p.keys.Events(), p.id, err)
 		}
-		log.Info("bootstrap: the group follows the stream from the recorded position", "stream", p.keys.Events(), "group", group, "id", p.id)
+		log.Info("bootstrap: the group follows the stream from the recorded position", logkey.Stream, p.keys.Events(), logkey.Group, group, logkey.ID, p.id)
 	}
-	log.Info("bootstrap: done", "group", group, "documents", res.Total(), "took", res.Duration.Round(1e6).String())
+	log.Info("bootstrap: done", logkey.Group, group, logkey.Documents, res.Total(), logkey.Took, res.Duration.Round(1e6).String())
 	return nil
 }
 

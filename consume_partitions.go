@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -15,16 +16,14 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay"
 )
 
-// readPartitionsFlag is --partitions of consume and status: they read the
+// readPartitionsUsage is --partitions of consume and status: they read the
 // feed's partitions, they never choose them.
-func readPartitionsFlag() cli.Flag {
-	return &cli.IntFlag{Name: "partitions", Value: 1, Sources: cli.EnvVars("ESCF_PARTITIONS"),
-		Usage: "the feed's partition count; when left out, the count the feed records (escf:{feed}:meta partitions), else 1"}
-}
+const readPartitionsUsage = "the feed's partition count; when left out, the count the feed records (escf:{feed}:meta partitions), else 1"
 
 // resolvePartitions is the partition count to read: --partitions when
 // given (refused with a *redisx.PartitionsError when the feed records
@@ -41,21 +40,13 @@ func resolvePartitions(ctx context.Context, cmd *cli.Command, rdb redis.Universa
 	return choosePartitions(cmd, rec, feed, log)
 }
 
-// checkPartitionsFlag refuses a --partitions outside 1..MaxPartitions.
-func checkPartitionsFlag(cmd *cli.Command) error {
-	if n := cmd.Int("partitions"); n < 1 || n > redisx.MaxPartitions {
-		return usagef("--partitions %d: want 1..%d", n, redisx.MaxPartitions)
-	}
-	return nil
-}
-
 // choosePartitions is resolvePartitions on a record already read.
 func choosePartitions(cmd *cli.Command, rec redisx.PartitionRecord, feed string, log *slog.Logger) (int, error) {
 	passed := cmd.Int("partitions")
 	if !cmd.IsSet("partitions") {
 		if rec.Partitions > 1 && log != nil {
-			log.Info("the feed records its partition count; reading every partition", "partitions", rec.Partitions,
-				"recorded_in", redisx.NewKeys(feed).Meta())
+			log.Info("the feed records its partition count; reading every partition", logkey.Partitions, rec.Partitions,
+				logkey.RecordedIn, redisx.NewKeys(feed).Meta())
 		}
 		return rec.Effective(), nil
 	}
@@ -68,16 +59,24 @@ func choosePartitions(cmd *cli.Command, rec redisx.PartitionRecord, feed string,
 // consumeRegistry is consume's metrics registry (newRegistry) with the
 // feed's stream collector: for more than one partition, one per partition,
 // each with a partition label.
-func consumeRegistry(rdb redis.UniversalClient, feed string, partitions int) *prometheus.Registry {
-	reg := newRegistry()
+func consumeRegistry(rdb redis.UniversalClient, feed string, partitions int) (*prometheus.Registry, error) {
+	reg, err := newRegistry()
+	if err != nil {
+		return nil, err
+	}
 	if partitions <= 1 {
-		reg.MustRegister(redisx.NewStreamCollector(rdb, redisx.NewKeys(feed)))
-		return reg
+		if err := reg.Register(redisx.NewStreamCollector(rdb, redisx.NewKeys(feed))); err != nil {
+			return nil, fmt.Errorf("register the stream collector of feed %s: %w", feed, err)
+		}
+		return reg, nil
 	}
 	for p := range partitions {
-		prometheus.WrapRegistererWith(relay.PartitionLabels(p), reg).MustRegister(redisx.NewStreamCollector(rdb, redisx.PartitionKeys(feed, p, partitions)))
+		wrapped := prometheus.WrapRegistererWith(relay.PartitionLabels(p), reg)
+		if err := wrapped.Register(redisx.NewStreamCollector(rdb, redisx.PartitionKeys(feed, p, partitions))); err != nil {
+			return nil, fmt.Errorf("register the stream collector of partition %d of feed %s: %w", p, feed, err)
+		}
 	}
-	return reg
+	return reg, nil
 }
 
 // partitionPools builds one pool per partition from cfg (the pool of the
@@ -109,7 +108,7 @@ func partitionPools(cfg redisx.PoolConfig, feed string, partitions int) ([]*redi
 	for p := range pools {
 		pc := cfg
 		pc.Keys = redisx.PartitionKeys(feed, p, partitions)
-		pc.Logger = log.With("partition", p)
+		pc.Logger = log.With(logkey.Partition, p)
 		if reg != nil {
 			pc.Metrics = prometheus.WrapRegistererWith(relay.PartitionLabels(p), reg)
 		}

@@ -131,7 +131,9 @@ func TestPartitionPools(t *testing.T) {
 	if len(parts) != P {
 		t.Errorf("escf_consumer_events_total has partitions %v, want 0..%d", parts, P-1)
 	}
-	_ = consumeRegistry(rdb, feed, P) // registers P stream collectors without a duplicate panic
+	if _, err := consumeRegistry(rdb, feed, P); err != nil { // P stream collectors, no duplicate
+		t.Errorf("consumeRegistry: %v", err)
+	}
 }
 
 func TestSpread(t *testing.T) {

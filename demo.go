@@ -79,7 +79,10 @@ func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, metricsA
 	if err != nil {
 		return err
 	}
-	reg := newRegistry()
+	reg, err := newRegistry()
+	if err != nil {
+		return err
+	}
 	f, err := relay.NewFeed(relay.FeedConfig{ES: client, Redis: rdb, Feed: "demo", Targets: []string{demoIndex}, Owner: "demo",
 		PollInterval: 100 * time.Millisecond, BatchSize: 200, Deletes: relay.Deletes{Enabled: true, Interval: 500 * time.Millisecond},
 		Metrics: reg, Logger: log})

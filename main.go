@@ -19,8 +19,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
-
-	"github.com/es-changefeed/es-changefeed/redisx"
 )
 
 // Exit codes.
@@ -74,6 +72,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
+	err = explain(err)
 	fmt.Fprintf(stderr, "es-changefeed: %v\n", err)
 	var ue usageError
 	if errors.As(err, &ue) || isCLIUsage(err) {
@@ -158,21 +157,6 @@ func positiveDuration(name string) func(time.Duration) error {
 		}
 		return nil
 	}
-}
-
-// checkFeed validates a feed name: redisx.ValidateFeed (braces, ':' and
-// whitespace would break the hash tag or the key layout), and no control
-// characters (they would garble every log line and redis-cli listing).
-func checkFeed(feed string) error {
-	if err := redisx.ValidateFeed(feed); err != nil {
-		return usagef("--feed: %v", err)
-	}
-	for _, r := range feed {
-		if r < 0x20 || r == 0x7f {
-			return usagef("--feed: feed name %q contains the control character %q: use letters, digits, '-', '_' or '.'", feed, r)
-		}
-	}
-	return nil
 }
 
 // needs refuses flags that only mean something together with another one:

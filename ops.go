@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -9,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 	"github.com/es-changefeed/es-changefeed/relay/status"
@@ -21,10 +23,14 @@ func metricsFlag() cli.Flag {
 
 // newRegistry is the process's Prometheus registry with the Go and process
 // collectors (a relay.Feed registers the feed's own).
-func newRegistry() *prometheus.Registry {
+func newRegistry() (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register the process metrics: %w", err)
+		}
+	}
+	return reg, nil
 }
 
 // serveOps starts the metrics/status server when --metrics-addr is set; it
@@ -37,12 +43,12 @@ func serveOps(ctx context.Context, addr string, reg *prometheus.Registry, rdb re
 	srv, err := status.NewServer(status.ServerConfig{Addr: addr, Gatherer: reg, Sources: status.Sources{Redis: rdb, Keys: keys, ES: client},
 		Health: health, Ready: ready, Logger: log})
 	if err != nil {
-		return usageError{err}
+		return usagef("--metrics-addr: %w", err)
 	}
-	log.Info("serving metrics and the status page", "addr", "http://"+srv.Addr()+"/")
+	log.Info("serving metrics and the status page", logkey.Addr, "http://"+srv.Addr()+"/")
 	go func() {
 		if err := srv.Run(ctx); err != nil {
-			log.Error("metrics server stopped", "error", err.Error())
+			log.Error("metrics server stopped", logkey.Error, err.Error())
 		}
 	}()
 	return nil

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"os"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -15,9 +14,6 @@ import (
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/sink"
 )
-
-// defaultRedisURL is the feed's Redis when --redis is not given.
-const defaultRedisURL = "redis://localhost:6379/0"
 
 // securityDoc is where the Redis ACL rules and TLS setup are documented.
 const securityDoc = "docs/SECURITY.md"
@@ -68,41 +64,17 @@ func redisConfig(cmd *cli.Command, prefix string) (redisx.ClientConfig, error) {
 		// Not err itself: a *url.Error quotes the whole URL, password included.
 		return cfg, usagef("--%s %q: %v", prefix, redisx.Redact(cfg.URL), err.(*url.Error).Err)
 	}
-	if path := cmd.String(prefix + "-password-file"); path != "" {
-		if cfg.Password != "" {
-			return cfg, usagef("--%s-password and --%s-password-file both set the password: keep one", prefix, prefix)
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return cfg, usagef("--%s-password-file: %v", prefix, err)
-		}
-		cfg.Password = strings.TrimRight(string(b), "\r\n")
-		if cfg.Password == "" {
-			return cfg, usagef("--%s-password-file %s is empty: write the password into it", prefix, path)
-		}
-		if strings.ContainsAny(cfg.Password, "\r\n") {
-			return cfg, usagef("--%s-password-file %s holds more than one line: write only the password", prefix, path)
-		}
-	}
-	read := func(flag string) ([]byte, error) {
-		path := cmd.String(flag)
-		if path == "" {
-			return nil, nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil, usagef("--%s: %v", flag, err)
-		}
-		return b, nil
-	}
 	var err error
-	if cfg.CACertPEM, err = read(prefix + "-ca-cert"); err != nil {
+	if cfg.Password, err = secret(cmd, prefix+"-password", prefix+"-password-file"); err != nil {
 		return cfg, err
 	}
-	if cfg.ClientCertPEM, err = read(prefix + "-client-cert"); err != nil {
+	if cfg.CACertPEM, err = flagFile(cmd, prefix+"-ca-cert"); err != nil {
 		return cfg, err
 	}
-	if cfg.ClientKeyPEM, err = read(prefix + "-client-key"); err != nil {
+	if cfg.ClientCertPEM, err = flagFile(cmd, prefix+"-client-cert"); err != nil {
+		return cfg, err
+	}
+	if cfg.ClientKeyPEM, err = flagFile(cmd, prefix+"-client-key"); err != nil {
 		return cfg, err
 	}
 	if cfg.InsecureSkipVerify && cmd.String(prefix+"-ca-cert") != "" {

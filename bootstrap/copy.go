@@ -11,28 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
-)
-
-// Log attribute keys.
-const (
-	logIndex     = "index"
-	logUUID      = "index_uuid"
-	logShard     = "shard"
-	logErr       = "error"
-	logAttempt   = "attempt"
-	logRetryIn   = "retry_in"
-	logDocuments = "documents"
-	logTotal     = "total"
-	logRate      = "per_second"
-	logPercent   = "percent"
-	logETA       = "eta"
-	logTook      = "took"
-	logReason    = "reason"
-	logRemoved   = "removed"
-	logKept      = "kept"
-	logDeferred  = "left_to_the_stream"
 )
 
 // Errors of the package besides ErrNoTargets.
@@ -47,8 +28,6 @@ var (
 	// in Config.MaxAttempts attempts.
 	ErrGaveUp = errors.New("gave up reading a shard")
 
-	// errPrimaryChanged: the primary moved before a view settled.
-	errPrimaryChanged = es.ErrPrimaryChanged
 	// errRecreated: the index's uuid changed under the copy (deleted and
 	// created again): it is copied again, as the new index.
 	errRecreated = errors.New("the index was deleted and created again during the copy")
@@ -83,7 +62,7 @@ func Copy(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	cfg = cfg.withDefaults()
-	c := &copier{cfg: cfg, log: cfg.Logger.With("feed", cfg.Feed),
+	c := &copier{cfg: cfg, log: cfg.Logger.With(logkey.Feed, cfg.Feed),
 		res: Result{Documents: map[string]int64{}, Deferred: map[string]int64{}, Removed: map[string]int64{}, Kept: map[string]int64{}, Skipped: map[string]string{}}}
 	start := time.Now()
 	err := c.run(ctx)
@@ -140,7 +119,7 @@ func (c *copier) run(ctx context.Context) error {
 			}
 		}
 	}
-	c.log.Info("bootstrap copy started", "targets", strings.Join(targets, " "), "indices", len(names), logTotal, total)
+	c.log.Info("bootstrap copy started", logkey.Targets, strings.Join(targets, " "), logkey.Indices, len(names), logkey.Total, total)
 	c.prog = newProgress(c.log, total, c.cfg.Progress, c.cfg.ProgressInterval)
 	for _, name := range names {
 		if err := c.copyIndex(ctx, name, c.targetOf[name]); err != nil {
@@ -169,7 +148,7 @@ func (c *copier) plan(ctx context.Context, targets []string) ([]string, error) {
 			return err
 		})
 		if es.IsNotFound(err) {
-			c.log.Info("bootstrap: the expression names nothing now; nothing of it to copy", "target", expr)
+			c.log.Info("bootstrap: the expression names nothing now; nothing of it to copy", logkey.Target, expr)
 			continue
 		}
 		if err != nil {
@@ -244,7 +223,7 @@ func (c *copier) skip(name, reason string) {
 	c.res.Skipped[name] = reason
 	delete(c.res.Documents, name)
 	delete(c.res.Deferred, name)
-	c.log.Info("bootstrap: not copying index", logIndex, name, logReason, reason)
+	c.log.Info("bootstrap: not copying index", logkey.Index, name, logkey.Reason, reason)
 }
 
 // recreateAttempts bounds how often an index re-created under the copy is
@@ -265,7 +244,7 @@ func (c *copier) copyIndex(ctx context.Context, name, expr string) error {
 			c.skip(name, "deleted during the copy")
 			return nil
 		case errors.Is(err, errRecreated) && attempt < recreateAttempts:
-			c.log.Warn("bootstrap: the index was created again during its copy; copying the new index", logIndex, name, logErr, err)
+			c.log.Warn("bootstrap: the index was created again during its copy; copying the new index", logkey.Index, name, logkey.Error, err)
 			continue
 		}
 		return err
@@ -298,7 +277,7 @@ func (c *copier) copyIndexOnce(ctx context.Context, name, expr string) error {
 	if t, ok := c.feed.target(ix.uuid); ok {
 		ix.target = t // what the relay's events of the index carry
 	}
-	log := c.log.With(logIndex, name, logUUID, ix.uuid)
+	log := c.log.With(logkey.Index, name, logkey.IndexUUID, ix.uuid)
 	delete(c.res.Skipped, name)
 	if err := c.handOne(ctx, redisx.Event{Op: redisx.OpSnapshotStart, Index: name, IndexUUID: ix.uuid, Target: ix.target}); err != nil {
 		return err
@@ -326,14 +305,14 @@ func (c *copier) copyIndexOnce(ctx context.Context, name, expr string) error {
 		}
 		c.res.Removed[name], c.res.Kept[name] = removed, kept
 		if removed > 0 || kept > 0 {
-			log.Info("bootstrap: reconciled the sink with the index", logRemoved, removed, logKept, kept)
+			log.Info("bootstrap: reconciled the sink with the index", logkey.Removed, removed, logkey.Kept, kept)
 		}
 	}
 	end := redisx.Event{Op: redisx.OpSnapshotEnd, Index: name, IndexUUID: ix.uuid, Target: ix.target, Counts: map[string]int64{name: count}}
 	if err := c.handOne(ctx, end); err != nil {
 		return err
 	}
-	log.Info("bootstrap: index copied", logDocuments, count, logDeferred, deferred, "shards", ix.shards)
+	log.Info("bootstrap: index copied", logkey.Documents, count, logkey.LeftToTheStream, deferred, logkey.Shards, ix.shards)
 	return nil
 }
 
@@ -376,7 +355,7 @@ func (c *copier) retry(ctx context.Context, what string, fn func() error) error 
 			return fmt.Errorf("%w: %s: %d attempts failed; the last: %w", ErrGaveUp, what, attempt, err)
 		}
 		d := c.backoff(attempt)
-		c.log.Warn("bootstrap: "+what+" failed; retrying", logAttempt, attempt, logErr, err.Error(), logRetryIn, d.String())
+		c.log.Warn("bootstrap: "+what+" failed; retrying", logkey.Attempt, attempt, logkey.Error, err.Error(), logkey.RetryIn, d.String())
 		if !sleep(ctx, d) {
 			return ctx.Err()
 		}

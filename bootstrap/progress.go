@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 )
 
 // progress counts the documents handed and reports them: to the callback
@@ -35,11 +37,11 @@ func (p *progress) add(n int64) {
 	}
 	p.lastLog = time.Now()
 	rate := float64(p.done) / max(time.Since(p.start).Seconds(), 1e-9)
-	args := []any{logDocuments, p.done, logTotal, p.total, logRate, int64(rate)}
+	args := []any{logkey.Documents, p.done, logkey.Total, p.total, logkey.PerSecond, int64(rate)}
 	if p.total > 0 {
-		args = append(args, logPercent, fmt.Sprintf("%.1f", 100*float64(p.done)/float64(p.total)))
+		args = append(args, logkey.Percent, fmt.Sprintf("%.1f", 100*float64(p.done)/float64(p.total)))
 		if left := p.total - p.done; left > 0 && rate > 0 {
-			args = append(args, logETA, (time.Duration(float64(left)/rate) * time.Second).Round(time.Second).String())
+			args = append(args, logkey.ETA, (time.Duration(float64(left)/rate) * time.Second).Round(time.Second).String())
 		}
 	}
 	p.log.Info("bootstrap copy", args...)
@@ -48,6 +50,6 @@ func (p *progress) add(n int64) {
 // finish logs the end of the copy.
 func (p *progress) finish() {
 	took := time.Since(p.start)
-	p.log.Info("bootstrap copy: done", logDocuments, p.done, logTook, took.Round(time.Millisecond).String(),
-		logRate, int64(float64(p.done)/max(took.Seconds(), 1e-9)))
+	p.log.Info("bootstrap copy: done", logkey.Documents, p.done, logkey.Took, took.Round(time.Millisecond).String(),
+		logkey.PerSecond, int64(float64(p.done)/max(took.Seconds(), 1e-9)))
 }

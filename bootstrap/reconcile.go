@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sort"
 
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 	"github.com/es-changefeed/es-changefeed/relay/sink"
@@ -43,7 +44,7 @@ func (c *copier) reconcile(ctx context.Context, ix *indexCopy, present *idSet, l
 	if err != nil {
 		return 0, 0, fmt.Errorf("list what the sink holds: %w", err)
 	}
-	log.Debug("bootstrap: the sink's documents listed", "held", held, "not_in_the_copy", len(cands))
+	log.Debug("bootstrap: the sink's documents listed", logkey.Held, held, logkey.NotInTheCopy, len(cands))
 	if len(cands) == 0 {
 		return 0, 0, nil
 	}
@@ -64,7 +65,7 @@ func (c *copier) reconcile(ctx context.Context, ix *indexCopy, present *idSet, l
 			return 0, 0, fmt.Errorf("%w: checking %d documents the copy lacked: %d attempts failed; the last: %w", ErrGaveUp, len(cands), attempt, err)
 		}
 		d := c.backoff(attempt)
-		log.Warn("bootstrap: checking the documents the copy lacked again", logAttempt, attempt, logErr, err.Error(), logRetryIn, d.String())
+		log.Warn("bootstrap: checking the documents the copy lacked again", logkey.Attempt, attempt, logkey.Error, err.Error(), logkey.RetryIn, d.String())
 		if !sleep(ctx, d) {
 			return 0, 0, ctx.Err()
 		}
@@ -84,7 +85,7 @@ func (c *copier) reconcile(ctx context.Context, ix *indexCopy, present *idSet, l
 	}
 	if kept > 0 {
 		log.Warn("bootstrap: the sink holds documents of an older index of this name that the index lacks, and a shard of the index is still empty, so no delete can be ordered before a later write of them there: they stay in the sink (delete them by hand, or bootstrap again once every shard has a document)",
-			logKept, kept)
+			logkey.Kept, kept)
 	}
 	if err := c.hand(ctx, evs); err != nil {
 		return 0, kept, err

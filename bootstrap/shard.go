@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/internal/backoff"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
@@ -49,7 +50,7 @@ func (c *copier) copyShard(ctx context.Context, ix *indexCopy, shard int, log *s
 				ErrGaveUp, shard, ix.name, attempt, err)
 		}
 		d := c.backoff(attempt)
-		log.Warn("bootstrap: reading the shard again from a new view", logShard, shard, logAttempt, attempt, logErr, err.Error(), logRetryIn, d.String())
+		log.Warn("bootstrap: reading the shard again from a new view", logkey.Shard, shard, logkey.Attempt, attempt, logkey.Error, err.Error(), logkey.RetryIn, d.String())
 		if !sleep(ctx, d) {
 			return sc, ctx.Err()
 		}
@@ -155,7 +156,7 @@ func (c *copier) primary(ctx context.Context, ec *es.Client, ix *indexCopy, shar
 
 // settle returns once what a view of the shard opened after reading
 // primary may show can no longer be taken back: the relay's rule
-// (es.Settle, docs/DESIGN.md §2). A new primary is errPrimaryChanged (the
+// (es.Settle, docs/DESIGN.md §2). A new primary is es.ErrPrimaryChanged (the
 // view is read again); a gcp that does not get there within SettleTimeout
 // is an error too.
 func (c *copier) settle(ctx context.Context, ec *es.Client, ix *indexCopy, shard int, primary es.ShardCheckpoints) error {
@@ -183,12 +184,8 @@ func retryable(err error) bool {
 	return true // a moved primary, a settle timeout, a primary not started
 }
 
-// backoff is the pause before attempt+1: exponential from MinBackoff,
-// capped at MaxBackoff, with ±25% jitter.
+// backoff is the pause before attempt+1 (backoff.Delay from MinBackoff,
+// capped at MaxBackoff).
 func (c *copier) backoff(attempt int) time.Duration {
-	d := c.cfg.MinBackoff << min(attempt-1, 20)
-	if d > c.cfg.MaxBackoff || d <= 0 {
-		d = c.cfg.MaxBackoff
-	}
-	return time.Duration(float64(d) * (0.75 + rand.Float64()/2))
+	return backoff.Delay(c.cfg.MinBackoff, c.cfg.MaxBackoff, attempt)
 }

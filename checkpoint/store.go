@@ -752,7 +752,7 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 		case werr != nil:
 			waitErr = fmt.Errorf("%w: WAIT %d %d: %v", ErrNotReplicated, s.cfg.WaitReplicas, s.cfg.WaitTimeout.Milliseconds(), werr)
 		case acked < int64(s.cfg.WaitReplicas):
-			waitErr = fmt.Errorf("%w: %d of the %d replicas asked for (--wait-replicas) acknowledged it within %s (--wait-timeout)",
+			waitErr = fmt.Errorf("%w: %d of the %d replicas asked for (WaitReplicas) acknowledged it within %s (WaitTimeout)",
 				ErrNotReplicated, acked, s.cfg.WaitReplicas, s.cfg.WaitTimeout)
 		}
 		return nil

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 )
 
@@ -70,8 +71,8 @@ func ForgetIndex(ctx context.Context, rdb redis.UniversalClient, keys redisx.Key
 	if err := store.Commit(ctx, final); err != nil {
 		return deleted, err
 	}
-	log.Info("index is gone: emitted its end and dropped its state", "index", g.Info.Name, "index_uuid", g.UUID,
-		"deletes", deleted, "index_deleted_event", !g.NoIndexEvent)
+	log.Info("index is gone: emitted its end and dropped its state", logkey.Index, g.Info.Name, logkey.IndexUUID, g.UUID,
+		logkey.Deletes, deleted, logkey.IndexDeletedEvent, !g.NoIndexEvent)
 	return deleted, nil
 }
 

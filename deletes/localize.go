@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
@@ -24,7 +25,7 @@ type scanError struct {
 
 func (e scanError) abort(format string, args ...any) error {
 	reason := fmt.Errorf(format, args...)
-	e.log.Warn("delete scan aborted; it runs again next round", "reason", reason.Error())
+	e.log.Warn("delete scan aborted; it runs again next round", logkey.Reason, reason.Error())
 	return fmt.Errorf("%w: shard %d of %s: %w", ErrAborted, e.sh.Shard, e.sh.Index, reason)
 }
 
@@ -33,7 +34,7 @@ func (s *Scanner) scan(ctx context.Context, sh Shard) (Result, error) {
 	// refreshes, counts, histograms and re-check are one view of the
 	// cluster.
 	ec := s.cfg.ES.Pin()
-	log := s.log.With("index", sh.Index, "shard", sh.Shard)
+	log := s.log.With(logkey.Index, sh.Index, logkey.Shard, sh.Shard)
 	fail := scanError{sh: sh, log: log}
 	id := sh.id()
 	k := s.cfg.Keys
@@ -85,7 +86,7 @@ func (s *Scanner) scan(ctx context.Context, sh Shard) (Result, error) {
 	}
 	if count == total {
 		s.savedCount.Add(1)
-		log.Debug("delete scan skipped: count proof", "delivered", total, "count", count)
+		log.Debug("delete scan skipped: count proof", logkey.Delivered, total, logkey.Count, count)
 		return clearGap()
 	}
 	f, err := s.localize(ctx, ec, sh, sc0, counts, total, count, fail)
@@ -97,7 +98,7 @@ func (s *Scanner) scan(ctx context.Context, sh Shard) (Result, error) {
 		// anything is emitted; only entries both found go.
 		s.confirmations.Add(1)
 		log.Warn("delete scan would delete a large share of the shard: confirming with a second scan",
-			"gone", n, "delivered", total, "max_fraction", s.cfg.MaxDeleteFraction)
+			logkey.Gone, n, logkey.Delivered, total, logkey.MaxFraction, s.cfg.MaxDeleteFraction)
 		again, err := s.localize(ctx, ec, sh, sc0, counts, total, count, fail)
 		if err != nil {
 			return Result{}, err
@@ -255,8 +256,8 @@ func (s *Scanner) localize(ctx context.Context, ec *es.Client, sh Shard, sc0 es.
 			ids = append(ids, e.ID)
 		}
 	}
-	s.log.Debug("compared delivered ranges", "index", sh.Index, "shard", sh.Shard, "ranges", compared, "differing", len(differ),
-		"seq_nos_read", len(live), "candidates", len(cands))
+	s.log.Debug("compared delivered ranges", logkey.Index, sh.Index, logkey.Shard, sh.Shard, logkey.Ranges, compared, logkey.Differing, len(differ),
+		logkey.SeqNosRead, len(live), logkey.Candidates, len(cands))
 	if len(cands) == 0 {
 		return finding{}, nil
 	}
@@ -465,9 +466,9 @@ func (s *Scanner) commit(ctx context.Context, sh Shard, f finding, mig *migratio
 	s.staleRemoved.Add(int64(len(f.stale)))
 	if mig != nil {
 		s.migrated.Add(1)
-		log.Info("moved the shard's delivered ids into seq-no ranges", "deletes", res.Deleted, "checkpoint", sh.Checkpoint)
+		log.Info("moved the shard's delivered ids into seq-no ranges", logkey.Deletes, res.Deleted, logkey.Checkpoint, sh.Checkpoint)
 	} else if res.Deleted > 0 || len(f.stale) > 0 {
-		log.Info("emitted deletes", "deletes", res.Deleted, "stale_entries", len(f.stale), "checkpoint", sh.Checkpoint)
+		log.Info("emitted deletes", logkey.Deletes, res.Deleted, logkey.StaleEntries, len(f.stale), logkey.Checkpoint, sh.Checkpoint)
 	}
 	return res, nil
 }

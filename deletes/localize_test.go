@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
@@ -444,10 +443,9 @@ func TestScanner_DeleteDuringTheScan(t *testing.T) {
 			// The scanner's cluster: the emulator, behind a proxy that deletes
 			// doc-0000 just before the first re-check (an ids query) goes through.
 			target, _ := url.Parse(f.url)
-			proxy := httputil.NewSingleHostReverseProxy(target)
 			var once sync.Once
-			director := proxy.Director
-			proxy.Director = func(r *http.Request) {
+			proxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+				r := pr.Out
 				if strings.HasSuffix(r.URL.Path, "/_search") && r.Body != nil {
 					body, _ := io.ReadAll(r.Body)
 					r.Body = io.NopCloser(bytes.NewReader(body))
@@ -455,8 +453,8 @@ func TestScanner_DeleteDuringTheScan(t *testing.T) {
 						once.Do(func() { f.write([]string{ids[0]}, true, "") })
 					}
 				}
-				director(r)
-			}
+				pr.SetURL(target)
+			}}
 			front := httptest.NewServer(proxy)
 			t.Cleanup(front.Close)
 			var err error

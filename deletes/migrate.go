@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
 
@@ -49,7 +50,7 @@ type migration struct {
 // entry at a document's live seq no is what the relay would have written).
 // A crash or an abort leaves the set whole, and the next scan starts over.
 func (s *Scanner) migrate(ctx context.Context, ec *es.Client, sh Shard, legacy int64, fail scanError) (*migration, error) {
-	fail.log.Info("moving the shard's delivered ids into seq-no ranges (its first scan since the upgrade)", "ids", legacy)
+	fail.log.Info("moving the shard's delivered ids into seq-no ranges (its first scan since the upgrade)", logkey.IDs, legacy)
 	sc0, err := s.primaryView(ctx, ec, sh, fail)
 	if err != nil {
 		return nil, err
@@ -64,7 +65,7 @@ func (s *Scanner) migrate(ctx context.Context, ec *es.Client, sh Shard, legacy i
 	if len(gone) > 0 && float64(len(gone)) > s.cfg.MaxDeleteFraction*float64(legacy) {
 		s.confirmations.Add(1)
 		fail.log.Warn("delete scan would delete a large share of the shard: confirming with a second scan",
-			"gone", len(gone), "delivered", legacy, "max_fraction", s.cfg.MaxDeleteFraction)
+			logkey.Gone, len(gone), logkey.Delivered, legacy, logkey.MaxFraction, s.cfg.MaxDeleteFraction)
 		again, err := s.migrationPass(ctx, ec, sh, sc0, fail)
 		if err != nil {
 			return nil, err
@@ -172,7 +173,7 @@ func (s *Scanner) migrationPass(ctx context.Context, ec *es.Client, sh Shard, sc
 			break
 		}
 	}
-	fail.log.Debug("listed live ids", "listed", listed, "candidates", len(cands), "took", time.Since(start).String())
+	fail.log.Debug("listed live ids", logkey.Listed, listed, logkey.Candidates, len(cands), logkey.Took, time.Since(start).String())
 	if len(cands) == 0 {
 		return nil, nil
 	}

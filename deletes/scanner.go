@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
@@ -260,9 +261,9 @@ func (s *Scanner) report() {
 	s.lastReport = time.Now()
 	s.mu.Unlock()
 	st := s.Stats()
-	s.log.Info("delete scans so far", "due", st.Due, "saved_by_gap_proof", st.SavedByGap, "saved_by_count_proof", st.SavedByCount,
-		"localized", st.Localized, "ranges_compared", st.RangesCompared, "ranges_differed", st.RangesDiffered, "seq_nos_read", st.SeqNosRead,
-		"listings", st.Listings, "listed_ids", st.ListedIDs, "migrated", st.Migrated, "confirmations", st.Confirmations, "aborted", st.Aborted, "deletes", st.Deletes)
+	s.log.Info("delete scans so far", logkey.Due, st.Due, logkey.SavedByGapProof, st.SavedByGap, logkey.SavedByCountProof, st.SavedByCount,
+		logkey.Localized, st.Localized, logkey.RangesCompared, st.RangesCompared, logkey.RangesDiffered, st.RangesDiffered, logkey.SeqNosRead, st.SeqNosRead,
+		logkey.Listings, st.Listings, logkey.ListedIDs, st.ListedIDs, logkey.Migrated, st.Migrated, logkey.Confirmations, st.Confirmations, logkey.Aborted, st.Aborted, logkey.Deletes, st.Deletes)
 }
 
 func intersect(a, b []string) []string {

@@ -9,17 +9,21 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/es-changefeed/es-changefeed/internal/urlx"
 )
 
 // ErrBadURL wraps every reason a Redis URL is refused.
 var ErrBadURL = errors.New("bad Redis URL")
+
+// DefaultURL is the Redis a command uses when none is named.
+const DefaultURL = "redis://localhost:6379/0"
 
 // NewClient returns a client for a Redis URL: redis://[user:password@]host:port[/db],
 // rediss:// for TLS, or a Sentinel URL (see ClientConfig.URL). The caller
@@ -28,33 +32,8 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 	return NewClientWithConfig(ClientConfig{URL: rawURL})
 }
 
-// strayAt reports whether an '@' follows the host: a password with an
-// unescaped '/', '?' or '#' ended the host early, and what follows is
-// read as path, query or fragment.
-func strayAt(u *url.URL) bool {
-	return strings.Contains(u.EscapedPath()+u.RawQuery+u.EscapedFragment()+u.Opaque, "@")
-}
-
-// Redact masks the password of a URL for logs and errors.
-func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.User == nil || strayAt(u) {
-		// Unparsable, no "scheme://", or a password with a '/', '?' or
-		// '#' that ended the host early: mask everything up to the last '@'.
-		if i := strings.LastIndex(rawURL, "@"); i >= 0 {
-			start := 0
-			if j := strings.Index(rawURL, "://"); j >= 0 && j < i {
-				start = j + 3
-			}
-			return rawURL[:start] + "xxxxx" + rawURL[i:]
-		}
-		return rawURL
-	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
-}
+// Redact masks the password of a URL for logs and errors (urlx.Redact).
+func Redact(rawURL string) string { return urlx.Redact(rawURL) }
 
 // Sentinels for errors.Is on Check and CheckKeyTypes errors.
 var (

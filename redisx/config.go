@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/es-changefeed/es-changefeed/internal/urlx"
 )
 
 // URL schemes NewClientWithConfig accepts.
@@ -124,7 +126,7 @@ func (c ClientConfig) parse() (parsed, error) {
 	if u.Host == "" {
 		return parsed{}, fmt.Errorf("%w %q: no host (want %s://host:port/…)", ErrBadURL, where, u.Scheme)
 	}
-	if strayAt(u) {
+	if urlx.StrayAt(u) {
 		return parsed{}, fmt.Errorf("%w %q: an '@' after the host (percent-encode '/', '?' and '#' in a password: %%2F, %%3F, %%23)", ErrBadURL, where)
 	}
 	if !secure {

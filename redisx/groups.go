@@ -68,8 +68,9 @@ func (g GroupState) HistoryLost() bool { return g.Lost() != 0 }
 // longer see every change of the feed (see HistoryLostError).
 var ErrHistoryLost = errors.New("history lost")
 
-// HistoryLostError says which entries a group can no longer read, and what
-// to do.
+// HistoryLostError says which entries a group can no longer read (Loss),
+// and that a bootstrap re-initializes it. Its message names no command:
+// the CLI says which one to run.
 type HistoryLostError struct {
 	// Feed is the feed's name (for the command to run), Stream its stream.
 	Feed   string
@@ -82,11 +83,18 @@ type HistoryLostError struct {
 }
 
 func (e *HistoryLostError) Error() string {
+	if e.New {
+		return e.Loss() + ". Join with a bootstrap (a copy of the cluster's current documents, then the stream with no gap), or start at $ for new changes only"
+	}
+	return e.Loss() + ". Its sink misses those changes; re-initialize the group with a bootstrap (a copy of the cluster's current documents, then the stream with no gap)"
+}
+
+// Loss says what the group cannot read: the first sentence of Error.
+func (e *HistoryLostError) Loss() string {
 	s, g := e.State, e.Group
 	if e.New {
 		return fmt.Sprintf("history lost: the stream %s no longer holds the feed from its start (%d of %d entries ever added were trimmed or deleted; the oldest left is %s), "+
-			"so a new group %q starting at 0 would miss them silently. Join with --bootstrap (copies the cluster's current documents, then follows the stream with no gap), "+
-			"or with --start '$' for new changes only", e.Stream, s.EntriesAdded-s.Length, s.EntriesAdded, firstOr(s.FirstID), g.Name)
+			"so a new group %q starting at 0 would miss them silently", e.Stream, s.EntriesAdded-s.Length, s.EntriesAdded, firstOr(s.FirstID), g.Name)
 	}
 	var what []string
 	switch {
@@ -102,20 +110,11 @@ func (e *HistoryLostError) Error() string {
 	case g.LostPending > 0:
 		what = append(what, fmt.Sprintf("%d pending entries are gone from the stream (the oldest %s)", g.LostPending, g.FirstLostPending))
 	}
-	return fmt.Sprintf("history lost: consumer group %q of %s had not handled entries that are no longer in the stream: %s. "+
-		"Its sink misses those changes; re-initialize it with `es-changefeed consume%s --group %s --bootstrap --es <cluster URL>` "+
-		"(copies the cluster's current documents, then follows the stream with no gap)",
-		g.Name, e.Stream, strings.Join(what, "; "), feedFlag(e.Feed), g.Name)
+	return fmt.Sprintf("history lost: consumer group %q of %s had not handled entries that are no longer in the stream: %s",
+		g.Name, e.Stream, strings.Join(what, "; "))
 }
 
 func (e *HistoryLostError) Unwrap() error { return ErrHistoryLost }
-
-func feedFlag(feed string) string {
-	if feed == "" || feed == "default" {
-		return ""
-	}
-	return " --feed " + feed
-}
 
 func firstOr(id string) string {
 	if id == "" {

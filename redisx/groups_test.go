@@ -68,8 +68,8 @@ func TestGroups_TrimmedPastTheGroup(t *testing.T) {
 		t.Fatalf("stream %+v reported complete after a trim", st)
 	}
 	err := error(&redisx.HistoryLostError{Stream: stream, State: st, Group: g})
-	if !errors.Is(err, redisx.ErrHistoryLost) || !strings.Contains(err.Error(), `"g1"`) || !strings.Contains(err.Error(), "20 entries") || !strings.Contains(err.Error(), "--bootstrap") {
-		t.Fatalf("error %q: want the group, the count and --bootstrap named", err)
+	if !errors.Is(err, redisx.ErrHistoryLost) || !strings.Contains(err.Error(), `"g1"`) || !strings.Contains(err.Error(), "20 entries") || !strings.Contains(err.Error(), "with a bootstrap") {
+		t.Fatalf("error %q: want the group, the count and the bootstrap named", err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package redisx
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -30,11 +31,14 @@ type Keys struct {
 	tag  string
 }
 
+// DefaultFeed is the feed a command uses when none is named.
+const DefaultFeed = "default"
+
 // ValidateFeed checks a feed name: 1-100 characters, none of them braces,
 // whitespace or ':' (they would break the hash tag or the key layout).
 func ValidateFeed(feed string) error {
 	if feed == "" {
-		return fmt.Errorf("feed name is empty: pass --feed with a name such as \"orders\"")
+		return errors.New(`feed name is empty: name the feed, such as "orders"`)
 	}
 	if len(feed) > 100 {
 		return fmt.Errorf("feed name %q is %d characters long: use at most 100", feed, len(feed))

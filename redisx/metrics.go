@@ -10,10 +10,9 @@ import (
 
 // poolCollector exposes a Pool's counters and handler latency.
 type poolCollector struct {
-	p        *Pool
-	events   *prometheus.Desc
-	latency  prometheus.Histogram
-	consumer string
+	p       *Pool
+	events  *prometheus.Desc
+	latency prometheus.Histogram
 }
 
 func newPoolCollector(p *Pool) *poolCollector {

@@ -20,8 +20,12 @@ import (
 // changes afterwards.
 const MetaPartitions = "partitions"
 
-// MaxPartitions bounds --partitions.
+// MaxPartitions bounds a feed's partition count.
 const MaxPartitions = 1024
+
+// DefaultPartitions is the partition count of a feed that records none:
+// one stream, the layout of NewKeys.
+const DefaultPartitions = 1
 
 // PartitionRecord is what a feed's meta hash says of its partitions.
 type PartitionRecord struct {
@@ -36,7 +40,9 @@ type PartitionRecord struct {
 // Effective is the partition count to use: the recorded one, else 1.
 func (r PartitionRecord) Effective() int { return max(r.Partitions, 1) }
 
-// PartitionsError is a --partitions that does not match the feed.
+// PartitionsError is a partition count asked for that does not match the
+// count the feed records. Its message names no command-line flag: the CLI
+// says which flag to change.
 type PartitionsError struct {
 	Feed string
 	// Recorded is the feed's count (1 for a feed that exists unpartitioned).
@@ -46,15 +52,20 @@ type PartitionsError struct {
 }
 
 func (e *PartitionsError) Error() string {
-	meta := NewKeys(e.Feed).Meta()
-	fix := "changing the partition count of a feed is not supported (its shards' positions live in their partition)"
-	if e.Recorded <= 1 {
-		return fmt.Sprintf("feed %s exists with one partition (%s has no %s field); you passed --partitions %d: "+
-			"pass --partitions 1 (or leave it out), or start a new feed; %s", e.Feed, meta, MetaPartitions, e.Passed, fix)
-	}
-	return fmt.Sprintf("feed %s has %d partitions (%s %s); you passed --partitions %d: pass --partitions %d, or start a new feed; %s",
-		e.Feed, e.Recorded, meta, MetaPartitions, e.Passed, e.Recorded, fix)
+	return fmt.Sprintf("%s, not %d: use %d, or start a new feed; %s", e.Record(), e.Passed, max(e.Recorded, 1), PartitionsFix)
 }
+
+// Record says what the feed records, and where.
+func (e *PartitionsError) Record() string {
+	meta := NewKeys(e.Feed).Meta()
+	if e.Recorded <= 1 {
+		return fmt.Sprintf("feed %s exists with one partition (%s has no %s field)", e.Feed, meta, MetaPartitions)
+	}
+	return fmt.Sprintf("feed %s has %d partitions (%s %s)", e.Feed, e.Recorded, meta, MetaPartitions)
+}
+
+// PartitionsFix is why a PartitionsError is not repaired in place.
+const PartitionsFix = "changing the partition count of a feed is not supported (its shards' positions live in their partition)"
 
 // ErrBadPartitions marks a recorded partition count that is not one.
 var ErrBadPartitions = errors.New("bad partition count")

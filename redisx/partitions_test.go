@@ -24,11 +24,11 @@ func TestPartitionRecord_Check(t *testing.T) {
 		{name: "unpartitioned feed, zero means one", rec: redisx.PartitionRecord{Unpartitioned: true}, passed: 0},
 		{name: "same count", rec: redisx.PartitionRecord{Partitions: 6}, passed: 6},
 		{name: "other count", rec: redisx.PartitionRecord{Partitions: 6}, passed: 4, recorded: 6,
-			wantErr: "feed f has 6 partitions (escf:{f}:meta partitions); you passed --partitions 4: pass --partitions 6, or start a new feed; changing the partition count of a feed is not supported"},
+			wantErr: "feed f has 6 partitions (escf:{f}:meta partitions), not 4: use 6, or start a new feed; changing the partition count of a feed is not supported"},
 		{name: "partitioned feed, one partition", rec: redisx.PartitionRecord{Partitions: 3}, passed: 1, recorded: 3,
-			wantErr: "pass --partitions 3"},
+			wantErr: "not 1: use 3"},
 		{name: "unpartitioned feed, three partitions", rec: redisx.PartitionRecord{Unpartitioned: true}, passed: 3, recorded: 1,
-			wantErr: "feed f exists with one partition (escf:{f}:meta has no partitions field); you passed --partitions 3: pass --partitions 1 (or leave it out)"},
+			wantErr: "feed f exists with one partition (escf:{f}:meta has no partitions field), not 3: use 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -48,6 +48,9 @@ func TestPartitionRecord_Check(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("error %q\nwant it to contain %q", err, tt.wantErr)
+			}
+			if strings.Contains(err.Error(), "--") {
+				t.Errorf("error %q names a flag: only the CLI does", err)
 			}
 		})
 	}

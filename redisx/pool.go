@@ -14,6 +14,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/es-changefeed/es-changefeed/internal/backoff"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 )
 
 // Defaults for PoolConfig fields left at their zero value.
@@ -25,6 +28,8 @@ const (
 	DefaultRetryBackoff    = 100 * time.Millisecond
 	DefaultMaxRetryBackoff = 5 * time.Second
 	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultStart: a new group starts at the beginning of the stream.
+	DefaultStart = "0"
 )
 
 // DefaultDeadConsumerIdle is how long a consumer with nothing pending must
@@ -46,7 +51,7 @@ type PoolConfig struct {
 	// the same lane, so they are handled one at a time, in order. Default 8.
 	Workers int
 	// Start is where a group created by the pool starts: "0" (the whole
-	// stream) or "$" (new events only). Default "0".
+	// stream) or "$" (new events only). Default DefaultStart ("0").
 	Start string
 	// Prefetch bounds the events read but not yet done (queued and being
 	// handled). Default 16 × Workers. Held events are kept ours with an
@@ -61,7 +66,8 @@ type PoolConfig struct {
 	// before it goes to the dead-letter stream. Default 10.
 	MaxDeliveries int64
 	// RetryBackoff is the first pause before retrying a failed event; it
-	// doubles each time, up to MaxRetryBackoff. Defaults 100ms and 5s.
+	// doubles each time, up to MaxRetryBackoff, each pause jittered down
+	// to between half and all of it (backoff.Delay). Defaults 100ms and 5s.
 	RetryBackoff, MaxRetryBackoff time.Duration
 	// ShutdownTimeout bounds how long the events read may take to be
 	// handled once Run's context ends. Default 30s.
@@ -86,7 +92,7 @@ func (c PoolConfig) Validate() error {
 	case c.Keys.Feed() == "":
 		return errors.New("pool config: Keys is empty (use NewKeys)")
 	case c.Group == "":
-		return errors.New("pool config: Group is empty: name the consumer group (--group)")
+		return errors.New("pool config: Group is empty: name the consumer group")
 	case c.Workers < 0 || c.Workers > 4096:
 		return fmt.Errorf("pool config: Workers = %d: want 1..4096", c.Workers)
 	case c.Start != "" && c.Start != "0" && c.Start != "$":
@@ -117,7 +123,7 @@ func (c PoolConfig) withDefaults() PoolConfig {
 		c.Workers = DefaultWorkers
 	}
 	if c.Start == "" {
-		c.Start = "0"
+		c.Start = DefaultStart
 	}
 	if c.Prefetch == 0 {
 		c.Prefetch = 16 * c.Workers
@@ -228,7 +234,7 @@ func (p *Pool) redisFailed(began time.Time, msg string, err error, args ...any) 
 	}
 	o.calls++
 	o.mu.Unlock()
-	args = append(args, "error", err.Error())
+	args = append(args, logkey.Error, err.Error())
 	if first {
 		p.log.Warn(msg, args...)
 	} else {
@@ -253,7 +259,7 @@ func (p *Pool) redisOK(began time.Time) {
 	lasted, calls := o.recovered.Sub(o.since), o.calls
 	o.calls = 0
 	o.mu.Unlock()
-	p.log.Info("Redis answers again; recovered", "failing_for", lasted.Round(time.Millisecond).String(), "failed_calls", calls)
+	p.log.Info("Redis answers again; recovered", logkey.FailingFor, lasted.Round(time.Millisecond).String(), logkey.FailedCalls, calls)
 }
 
 // job is one event in a lane.
@@ -270,7 +276,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	p := &Pool{cfg: cfg, log: cfg.Logger.With("group", cfg.Group, "consumer", cfg.Consumer)}
+	p := &Pool{cfg: cfg, log: cfg.Logger.With(logkey.Group, cfg.Group, logkey.Consumer, cfg.Consumer)}
 	p.metrics = newPoolCollector(p)
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(p.metrics); err != nil {
@@ -359,7 +365,7 @@ func (p *Pool) Run(ctx context.Context, h Handler) error {
 	// stopped on a history loss), the wait for the read in flight included.
 	stopTimer := context.AfterFunc(rctx, func() {
 		t := time.AfterFunc(p.cfg.ShutdownTimeout, func() {
-			p.log.Warn("shutdown timeout: canceling handlers still running; events not handled stay pending", "timeout", p.cfg.ShutdownTimeout)
+			p.log.Warn("shutdown timeout: canceling handlers still running; events not handled stay pending", logkey.Timeout, p.cfg.ShutdownTimeout)
 			hcancel()
 		})
 		<-hctx.Done()
@@ -383,7 +389,7 @@ func (p *Pool) Run(ctx context.Context, h Handler) error {
 	<-ackDone
 	p.leaveGroup()
 	st := p.Stats()
-	p.log.Info("consumer stopped", "handled", st.Handled, "failed_attempts", st.Failed, "dead_lettered", st.DeadLettered, "reclaimed", st.Reclaimed)
+	p.log.Info("consumer stopped", logkey.Handled, st.Handled, logkey.FailedAttempts, st.Failed, logkey.DeadLettered, st.DeadLettered, logkey.Reclaimed, st.Reclaimed)
 	p.lostMu.Lock()
 	defer p.lostMu.Unlock()
 	return p.lost
@@ -398,7 +404,7 @@ func (p *Pool) historyLost(err error) {
 	}
 	p.lostMu.Unlock()
 	if first {
-		p.log.Error("history lost: stopping", "error", err.Error())
+		p.log.Error("history lost: stopping", logkey.Error, err.Error())
 		if p.stopReading != nil {
 			p.stopReading()
 		}
@@ -413,7 +419,7 @@ func (p *Pool) recordLost(err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if werr := p.cfg.Client.HSetNX(ctx, p.cfg.Keys.Lost(), p.cfg.Group, err.Error()).Err(); werr != nil {
-		p.log.Warn("cannot record the history loss in Redis", "key", p.cfg.Keys.Lost(), "error", werr.Error())
+		p.log.Warn("cannot record the history loss in Redis", logkey.Key, p.cfg.Keys.Lost(), logkey.Error, werr.Error())
 	}
 }
 
@@ -458,12 +464,12 @@ func (p *Pool) leaveGroup() {
 	removed, err := removeIdleConsumer.Run(ctx, p.cfg.Client, []string{p.cfg.Keys.Events()}, p.cfg.Group, p.cfg.Consumer, 0).Int()
 	switch {
 	case err != nil:
-		p.log.Warn("cannot remove this consumer from the group; others will once it is idle", "error", err.Error(), "after", p.cfg.DeadConsumerIdle.String())
+		p.log.Warn("cannot remove this consumer from the group; others will once it is idle", logkey.Error, err.Error(), logkey.After, p.cfg.DeadConsumerIdle.String())
 	case removed == 1:
 		p.removed.Add(1)
 		p.log.Debug("removed this consumer from the group")
 	default:
-		p.log.Info("events stay pending in this consumer's name; they will be reclaimed", "min_idle", p.cfg.MinIdle.String())
+		p.log.Info("events stay pending in this consumer's name; they will be reclaimed", logkey.MinIdle, p.cfg.MinIdle.String())
 	}
 }
 
@@ -503,7 +509,7 @@ func (p *Pool) ensureGroup(ctx context.Context) error {
 	}
 	err := p.cfg.Client.XGroupCreateMkStream(ctx, p.cfg.Keys.Events(), p.cfg.Group, p.cfg.Start).Err()
 	if err == nil {
-		p.log.Info("created consumer group", "stream", p.cfg.Keys.Events(), "start", p.cfg.Start)
+		p.log.Info("created consumer group", logkey.Stream, p.cfg.Keys.Events(), logkey.Start, p.cfg.Start)
 		return nil
 	}
 	if redis.HasErrorPrefix(err, "BUSYGROUP") {
@@ -518,7 +524,7 @@ func (p *Pool) ensureGroup(ctx context.Context) error {
 // (readChecked); only when there are none does it block for Block.
 func (p *Pool) readLoop(ctx context.Context) {
 	own := "0" // first: our own pending entries, from the start
-	bo := backoffState{min: p.cfg.RetryBackoff, max: p.cfg.MaxRetryBackoff}
+	bo := backoff.Backoff{Min: p.cfg.RetryBackoff, Max: p.cfg.MaxRetryBackoff}
 	for ctx.Err() == nil {
 		n := p.takeSlots(ctx)
 		if n == 0 {
@@ -566,12 +572,12 @@ func (p *Pool) readLoop(ctx context.Context) {
 					return
 				}
 			}
-			d := bo.next()
-			p.redisFailed(began, "read failed; retrying", err, "retry_in", d.String())
+			d := bo.Next()
+			p.redisFailed(began, "read failed; retrying", err, logkey.RetryIn, d.String())
 			sleepCtx(ctx, d)
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 		msgs := res[0].Messages
 		p.giveSlots(n - len(msgs))
 		if ctx.Err() != nil && len(msgs) > 0 {
@@ -874,7 +880,7 @@ func (p *Pool) handle(ctx, hctx context.Context, j *job) bool {
 		p.deadLetter(hctx, j, j.bad)
 		return false
 	}
-	backoff := p.cfg.RetryBackoff
+	pause := backoff.Backoff{Min: p.cfg.RetryBackoff, Max: p.cfg.MaxRetryBackoff}
 	for {
 		start := time.Now()
 		err := p.h(hctx, j.ev)
@@ -892,15 +898,14 @@ func (p *Pool) handle(ctx, hctx context.Context, j *job) bool {
 		case <-ctx.Done():
 			p.held.Delete(j.msg.ID) // retried by the next start or another consumer
 			return false
-		case <-time.After(backoff):
+		case <-time.After(pause.Next()):
 		}
-		backoff = min(2*backoff, p.cfg.MaxRetryBackoff)
 		began := time.Now()
 		claimed, cerr := p.cfg.Client.XClaim(hctx, &redis.XClaimArgs{Stream: p.cfg.Keys.Events(), Group: p.cfg.Group,
 			Consumer: p.cfg.Consumer, MinIdle: 0, Messages: []string{j.msg.ID}}).Result()
 		switch {
 		case cerr != nil:
-			p.redisFailed(began, "cannot count a retry; the event stays pending", cerr, "id", j.msg.ID)
+			p.redisFailed(began, "cannot count a retry; the event stays pending", cerr, logkey.ID, j.msg.ID)
 			p.held.Delete(j.msg.ID)
 			return false
 		case len(claimed) == 0:
@@ -929,12 +934,12 @@ func (p *Pool) deadLetter(ctx context.Context, j *job, cause error) {
 	})
 	p.held.Delete(j.msg.ID)
 	if err != nil {
-		p.redisFailed(began, "cannot dead-letter the event; it stays pending", err, "id", j.msg.ID)
+		p.redisFailed(began, "cannot dead-letter the event; it stays pending", err, logkey.ID, j.msg.ID)
 		return
 	}
 	p.redisOK(began)
 	p.dead.Add(1)
-	p.log.Warn("event dead-lettered", "id", j.msg.ID, "deliveries", j.deliveries, "error", cause.Error(), "dead_letters", p.cfg.Keys.Dead())
+	p.log.Warn("event dead-lettered", logkey.ID, j.msg.ID, logkey.Deliveries, j.deliveries, logkey.Error, cause.Error(), logkey.DeadLetters, p.cfg.Keys.Dead())
 }
 
 // acker acknowledges in batches: up to 256 ids, or what arrived within 2ms.
@@ -951,7 +956,7 @@ func (p *Pool) acker() {
 		if err != nil {
 			// Unacknowledged entries stay pending and are handled again:
 			// at least once.
-			p.redisFailed(began, "XACK failed; the events will be delivered again", err, "events", len(batch))
+			p.redisFailed(began, "XACK failed; the events will be delivered again", err, logkey.Events, len(batch))
 		} else {
 			p.redisOK(began)
 			p.acked.Add(int64(len(batch)))
@@ -1046,7 +1051,7 @@ func (p *Pool) removeDeadConsumers(ctx context.Context) {
 		n, err := removeIdleConsumer.Run(ctx, p.cfg.Client, []string{p.cfg.Keys.Events()}, p.cfg.Group, c.Name, p.cfg.DeadConsumerIdle.Milliseconds()).Int()
 		if err == nil && n == 1 {
 			p.removed.Add(1)
-			p.log.Info("removed a dead consumer from the group", "dead_consumer", c.Name, "idle", c.Idle.Round(time.Second).String())
+			p.log.Info("removed a dead consumer from the group", logkey.DeadConsumer, c.Name, logkey.Idle, c.Idle.Round(time.Second).String())
 		}
 	}
 }
@@ -1084,8 +1089,8 @@ func (p *Pool) reclaimPass(ctx context.Context) {
 				p.gone.Add(int64(len(deleted)))
 				p.historyLost(&HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: p.cfg.Keys.Events(), State: st, Group: g})
 			} else {
-				p.historyLost(fmt.Errorf("%d pending entries are gone from the stream (%w; the oldest %s): re-initialize the group with es-changefeed consume --group %s --bootstrap",
-					len(deleted), ErrHistoryLost, deleted[0], p.cfg.Group))
+				p.historyLost(fmt.Errorf("%d pending entries are gone from the stream (%w; the oldest %s): re-initialize the group with a bootstrap",
+					len(deleted), ErrHistoryLost, deleted[0]))
 			}
 			return
 		}
@@ -1095,22 +1100,6 @@ func (p *Pool) reclaimPass(ctx context.Context) {
 		cursor = next
 	}
 }
-
-// backoffState is a capped exponential backoff.
-type backoffState struct {
-	min, max, cur time.Duration
-}
-
-func (b *backoffState) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(2*b.cur, b.max)
-	}
-	return b.cur
-}
-
-func (b *backoffState) reset() { b.cur = 0 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)

@@ -463,8 +463,8 @@ func TestPool_HistoryLostAtStart(t *testing.T) {
 
 	for run := 1; run <= 2; run++ {
 		p, err := runPoolOnce(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g1"}, h)
-		if !errors.Is(err, redisx.ErrHistoryLost) || !strings.Contains(err.Error(), `"g1"`) || !strings.Contains(err.Error(), "20 entries") || !strings.Contains(err.Error(), "--bootstrap") {
-			t.Fatalf("run %d: Run returned %v; want history lost naming g1, 20 entries and --bootstrap", run, err)
+		if !errors.Is(err, redisx.ErrHistoryLost) || !strings.Contains(err.Error(), `"g1"`) || !strings.Contains(err.Error(), "20 entries") || !strings.Contains(err.Error(), "with a bootstrap") {
+			t.Fatalf("run %d: Run returned %v; want history lost naming g1, 20 entries and the bootstrap", run, err)
 		}
 		if calls.Load() != 0 || p.Stats().Acked != 0 {
 			t.Fatalf("run %d: %d events handled, %d acked; want none", run, calls.Load(), p.Stats().Acked)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/deletes"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 	"github.com/es-changefeed/es-changefeed/relay/partition"
@@ -239,7 +240,7 @@ func NewFeed(cfg FeedConfig) (*Feed, error) {
 	for n := range cfg.Partitions {
 		keys, log, reg := redisx.NewKeys(cfg.Feed), cfg.Logger, cfg.Metrics
 		if cfg.Partitions > 1 {
-			keys, log = redisx.PartitionKeys(cfg.Feed, n, cfg.Partitions), log.With(logPartition, n)
+			keys, log = redisx.PartitionKeys(cfg.Feed, n, cfg.Partitions), log.With(logkey.Partition, n)
 			if reg != nil {
 				reg = prometheus.WrapRegistererWith(PartitionLabels(n), reg)
 			}
@@ -269,7 +270,11 @@ func (f *Feed) newPart(n int, keys redisx.Keys, log *slog.Logger, reg prometheus
 	if err != nil {
 		return nil, err
 	}
-	p := &part{n: n, keys: keys, log: log, lease: lease, store: store, carry: &carry{m: newMetrics(reg)}}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	p := &part{n: n, keys: keys, log: log, lease: lease, store: store, carry: &carry{m: m}}
 	if d := cfg.Deletes; d.Enabled {
 		p.scanner, err = deletes.New(deletes.Config{ES: cfg.ES, Client: cfg.Redis, Keys: keys, Store: store,
 			Interval: d.Interval, MaxDeleteFraction: d.MaxDeleteFraction, Listing: d.Listing, Logger: log, Metrics: reg})
@@ -346,7 +351,7 @@ func (f *Feed) Run(ctx context.Context) error {
 			return err
 		}
 		f.one.Store(r)
-		f.log.Info("relay starting", logFeed, c.Feed, "stream", f.parts[0].keys.Events(), logTargets, c.Targets, "resync", c.Snapshot.Enabled)
+		f.log.Info("relay starting", logkey.Feed, c.Feed, logkey.Stream, f.parts[0].keys.Events(), logkey.Targets, c.Targets, logkey.Resync, c.Snapshot.Enabled)
 		return r.Run(ctx)
 	}
 	// Every partition records every index it follows: partition 0's
@@ -373,8 +378,8 @@ func (f *Feed) Run(ctx context.Context) error {
 		return err
 	}
 	f.manager.Store(m)
-	f.log.Info("relay starting", logFeed, c.Feed, logPartitions, c.Partitions, "relays_key", partition.RelaysKey(c.Feed),
-		"streams", "escf:{"+c.Feed+":0.."+strconv.Itoa(c.Partitions-1)+"}:events", logTargets, c.Targets)
+	f.log.Info("relay starting", logkey.Feed, c.Feed, logkey.Partitions, c.Partitions, logkey.RelaysKey, partition.RelaysKey(c.Feed),
+		logkey.Streams, "escf:{"+c.Feed+":0.."+strconv.Itoa(c.Partitions-1)+"}:events", logkey.Targets, c.Targets)
 	return m.Run(ctx)
 }
 
@@ -418,7 +423,7 @@ func (f *Feed) resync(ctx context.Context) error {
 			}
 		})
 	}
-	f.log.Info("resync: rebuilding every partition", logPartitions, parts)
+	f.log.Info("resync: rebuilding every partition", logkey.Partitions, parts)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -429,7 +434,7 @@ func (f *Feed) resync(ctx context.Context) error {
 			}
 		}
 		if done == parts {
-			f.log.Info("resync: every partition's snapshot is written; following as a partition manager", logPartitions, parts)
+			f.log.Info("resync: every partition's snapshot is written; following as a partition manager", logkey.Partitions, parts)
 			return nil
 		}
 		select {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/deletes"
+	"github.com/es-changefeed/es-changefeed/internal/backoff"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
@@ -62,7 +64,7 @@ type cursor struct {
 // from Redis, because a failed commit may have been written. A closed index
 // is waited for. An index that cannot be followed returns ErrUnfollowable.
 func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) error {
-	log := r.log.With(logIndex, name)
+	log := r.log.With(logkey.Index, name)
 	b := r.newBackoff()
 	cur := cursor{target: target, fromNow: fromNow}
 	defer cur.dropPending(r)
@@ -230,7 +232,7 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) error {
 		cur.refreshed = tick
 		reads := make([]shardRead, len(todo))
 		for i, w := range todo {
-			reads[i] = shardRead{w.shard, w.cp, w.gcp, w.primary}
+			reads[i] = shardRead(w)
 		}
 		if err := r.readShards(ctx, name, cur, reads); err != nil {
 			return err
@@ -304,7 +306,7 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 		return fmt.Errorf("index %s changed while being read (uuid %s, then %s)", name, st.UUID, settings.UUID)
 	}
 	if cur.told != "" && cur.told != st.UUID {
-		r.log.Warn("index was re-created: following the new index from its beginning", logIndex, name, "old_uuid", cur.told, logUUID, st.UUID)
+		r.log.Warn("index was re-created: following the new index from its beginning", logkey.Index, name, logkey.OldUUID, cur.told, logkey.IndexUUID, st.UUID)
 	}
 	cur.cps, cur.gaps, cur.origins, cur.histories, cur.readTo = map[int]int64{}, map[int]int64{}, map[int]int64{}, map[int]string{}, nil
 	for id, h := range cur.state.Histories {
@@ -380,7 +382,7 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 	}
 	if cur.told != st.UUID {
 		cur.told = st.UUID
-		r.log.Info("following index", logIndex, name, logUUID, st.UUID, "shards", settings.Shards, "checkpoints", len(cur.cps))
+		r.log.Info("following index", logkey.Index, name, logkey.IndexUUID, st.UUID, logkey.Shards, settings.Shards, logkey.Checkpoints, len(cur.cps))
 	}
 	return nil
 }
@@ -537,7 +539,7 @@ func (r *Relay) commitPage(ctx context.Context, name string, cur *cursor, pg *pa
 	}
 	cur.mu.Unlock()
 	if len(hits) > 0 {
-		r.log.Debug("committed", logIndex, name, logShard, shard, logEvents, len(hits), logCP, pg.next)
+		r.log.Debug("committed", logkey.Index, name, logkey.Shard, shard, logkey.Events, len(hits), logkey.Checkpoint, pg.next)
 	}
 	return nil
 }
@@ -556,8 +558,8 @@ func (r *Relay) settlePending(ctx context.Context, name string, st es.IndexStats
 		case !ok:
 			// No started primary in the stats: a failover under way.
 		case !sc.SamePrimary(pg.primary):
-			r.log.Debug("the primary changed before the page settled: reading it again", logIndex, name, logShard, shard,
-				"term", pg.primary.PrimaryTerm, "now", sc.PrimaryTerm)
+			r.log.Debug("the primary changed before the page settled: reading it again", logkey.Index, name, logkey.Shard, shard,
+				logkey.Term, pg.primary.PrimaryTerm, logkey.Now, sc.PrimaryTerm)
 			cur.release(r, shard)
 			continue
 		case pg.target < 0:
@@ -628,12 +630,13 @@ func sortedShards(m map[int]*page) []int {
 }
 
 // settleDelay is the pause before the round that settles pending pages
-// again: none the first time, then 5 ms doubling up to 100 ms.
+// again: none the first time, then 5 ms doubling up to 100 ms (jittered,
+// backoff.Delay).
 func settleDelay(tries int) time.Duration {
 	if tries == 0 {
 		return 0
 	}
-	return min(5*time.Millisecond<<min(tries-1, 5), 100*time.Millisecond)
+	return backoff.Delay(5*time.Millisecond, 100*time.Millisecond, tries)
 }
 
 // settleTimeout bounds how long a page waits for the global checkpoint to
@@ -711,7 +714,7 @@ func (r *Relay) forgetOthers(ctx context.Context, name, keep string, cur *cursor
 	for _, uuid := range uuids {
 		rec := cur.state.Indices[uuid]
 		if rec.ClusterUUID != "" && info.ClusterUUID != "" && rec.ClusterUUID != info.ClusterUUID {
-			return fmt.Errorf("%w: index %s (uuid %s) was followed on cluster %s, but --es now reaches cluster %s: refusing to emit deletes for it; point --es at the original cluster or start a new feed",
+			return fmt.Errorf("%w: index %s (uuid %s) was followed on cluster %s, but the relay now reaches cluster %s: refusing to emit deletes for it; point the relay at the original cluster or start a new feed",
 				deletes.ErrOtherCluster, name, uuid, rec.ClusterUUID, info.ClusterUUID)
 		}
 		cps := map[int]int64{}

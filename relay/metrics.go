@@ -2,6 +2,7 @@ package relay
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,7 +36,10 @@ type metrics struct {
 	trimmed      prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics makes the collectors and registers them on reg (when not
+// nil); a registration error (the same collector twice on reg) is
+// returned.
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		checkpoint: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "escf_shard_checkpoint",
 			Help: "Highest seq no read (delivered or skipped) per shard."}, []string{"index", "shard"}),
@@ -55,10 +59,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.checkpoint, m.gcp, m.rounds,
 			m.errors, m.backpressure, m.leaseHeld, m.trimmed} {
-			reg.MustRegister(c)
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("register the relay's metrics: %w", err)
+			}
 		}
 	}
-	return m
+	return m, nil
 }
 
 // forgetIndex deletes the per-shard series of an index.

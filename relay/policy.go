@@ -2,11 +2,13 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 )
 
 // The target policy: what the relay does with what an expression resolves
@@ -57,6 +59,67 @@ func (r *Relay) followed(ctx context.Context, sc *startCheck, match func(checkpo
 	return false, nil
 }
 
+// The kinds of TargetError, for errors.Is.
+var (
+	// ErrTargetMissing: a target expression names no index, alias or data
+	// stream, and the feed never followed one by that name.
+	ErrTargetMissing = errors.New("the target names nothing")
+	// ErrTargetClosed: a target names a closed index explicitly.
+	ErrTargetClosed = errors.New("the target index is closed")
+	// ErrSeqNoDisabled: a target matches an index without sequence numbers.
+	ErrSeqNoDisabled = errors.New("the index has sequence numbers disabled")
+)
+
+// TargetError refuses a target expression at start-up (Run, before
+// anything is written): its Kind says why. The message names no
+// command-line flag: the CLI says which one to change.
+type TargetError struct {
+	Kind  error  // ErrTargetMissing, ErrTargetClosed or ErrSeqNoDisabled
+	Expr  string // the expression of Config.Targets
+	Index string // the concrete index at fault ("" for ErrTargetMissing)
+	URLs  string // the cluster's URLs (ErrTargetMissing)
+	Err   error  // the cluster's answer (ErrTargetMissing), or nil
+}
+
+func (e *TargetError) Error() string {
+	switch e.Kind {
+	case ErrTargetMissing:
+		return fmt.Sprintf("target %q names no index, alias or data stream on %s (%v): %s", e.Expr, e.URLs, e.Err, e.Remedy())
+	case ErrTargetClosed:
+		return fmt.Sprintf("index %s (target %q) is closed, and a closed index cannot be read: %s", e.Index, e.Expr, e.Remedy())
+	case ErrSeqNoDisabled:
+		return fmt.Sprintf("index %s (matched by target %q) %s: %s", e.Index, e.Expr, SeqNoDisabled, e.Remedy())
+	}
+	return fmt.Sprintf("target %q: %v", e.Expr, e.Kind)
+}
+
+// Remedy is what to do about the target, in terms of target expressions.
+func (e *TargetError) Remedy() string {
+	switch e.Kind {
+	case ErrTargetMissing:
+		return fmt.Sprintf("check for a typo, or use a pattern such as %q to wait for indices to appear", e.Expr+"*")
+	case ErrTargetClosed:
+		return fmt.Sprintf("open it (POST /%s/_open), or follow it with a pattern such as %q to wait until it is reopened", e.Index, e.Index+"*")
+	case ErrSeqNoDisabled:
+		if e.Explicit() {
+			return "remove it from the targets"
+		}
+		return fmt.Sprintf("exclude it (e.g. %q)", e.Expr+",-"+e.Index)
+	}
+	return ""
+}
+
+// Explicit reports whether Expr names Index itself, not through a pattern
+// or an alias.
+func (e *TargetError) Explicit() bool { return namesExplicitly(e.Expr, e.Index) }
+
+// Is reports whether target is e's Kind. Err is not in the chain: the
+// cluster's answer is part of the message, not a second reason.
+func (e *TargetError) Is(target error) bool { return target == e.Kind }
+
+// SeqNoDisabled says why an index without sequence numbers cannot be followed.
+const SeqNoDisabled = "has sequence numbers disabled (index.disable_sequence_numbers: true, the default for index.mode columnar in Elasticsearch 9.5): a change feed reads documents by _seq_no and cannot follow it"
+
 // nameless applies the policy to an expression that names nothing
 // (notFound, from es.Client.Resolve): a start-up error, or a warning.
 func (r *Relay) nameless(ctx context.Context, expr string, notFound error, said *targetState) error {
@@ -66,12 +129,11 @@ func (r *Relay) nameless(ctx context.Context, expr string, notFound error, said 
 			return err
 		}
 		if !known {
-			return fmt.Errorf("--index %q names no index, alias or data stream on %s (%v): check for a typo, or use a pattern such as %q to wait for indices to appear",
-				expr, r.cfg.ES.URLs(), notFound, expr+"*")
+			return &TargetError{Kind: ErrTargetMissing, Expr: expr, URLs: r.cfg.ES.URLs(), Err: notFound}
 		}
 	}
 	said.once("expr:"+expr, "missing", func() {
-		r.log.Warn("the expression names no index, alias or data stream (a typo?); waiting for it to appear", "target", expr, logErr, notFound.Error())
+		r.log.Warn("the expression names no index, alias or data stream (a typo?); waiting for it to appear", logkey.Target, expr, logkey.Error, notFound.Error())
 	})
 	return nil
 }
@@ -85,8 +147,7 @@ func (r *Relay) closedTarget(ctx context.Context, expr, name string, said *targe
 			return err
 		}
 		if !known {
-			return fmt.Errorf("index %s (--index %q) is closed, and a closed index cannot be read: open it (POST /%s/_open), or follow it with a pattern such as %q to wait until it is reopened",
-				name, expr, name, name+"*")
+			return &TargetError{Kind: ErrTargetClosed, Expr: expr, Index: name}
 		}
 	}
 	r.sayClosed(name, expr)
@@ -114,13 +175,7 @@ func (r *Relay) checkTargets(ctx context.Context) error {
 		if !settings.SequenceNumbersDisabled {
 			continue
 		}
-		expr := want[name]
-		todo := fmt.Sprintf("exclude it (e.g. %q)", expr+",-"+name)
-		if namesExplicitly(expr, name) {
-			todo = "remove it from --index"
-		}
-		return fmt.Errorf("index %s (matched by --index %q) has sequence numbers disabled (index.disable_sequence_numbers: true, the default for index.mode columnar in Elasticsearch 9.5): a change feed reads documents by _seq_no and cannot follow it; %s",
-			name, expr, todo)
+		return &TargetError{Kind: ErrSeqNoDisabled, Expr: want[name], Index: name}
 	}
 	return nil
 }

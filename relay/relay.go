@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/deletes"
+	"github.com/es-changefeed/es-changefeed/internal/backoff"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
@@ -41,24 +42,6 @@ const (
 	DefaultMaxStreamLen    = 1_000_000
 	// commitTimeout bounds a commit that runs after shutdown began.
 	commitTimeout = 10 * time.Second
-)
-
-// Log attribute keys.
-const (
-	logIndex   = "index"
-	logShard   = "shard"
-	logUUID    = "index_uuid"
-	logErr     = "error"
-	logEvents  = "events"
-	logCP      = "checkpoint"
-	logGCP     = "global_checkpoint"
-	logHolder  = "holder"
-	logBackoff = "retry_in"
-
-	logFeed       = "feed"
-	logTargets    = "targets"
-	logPartition  = "partition"
-	logPartitions = "partitions"
 )
 
 // Config configures a Relay.
@@ -171,7 +154,7 @@ func (c Config) Validate() error {
 	case c.Lease == nil:
 		return errors.New("relay config: Lease is nil")
 	case len(c.Targets) == 0:
-		return errors.New("relay config: no Targets: name at least one index, pattern, alias or data stream with --index")
+		return errors.New("relay config: no Targets: name at least one index, pattern, alias or data stream")
 	case c.PollInterval < 0:
 		return fmt.Errorf("relay config: PollInterval = %s: want > 0", c.PollInterval)
 	case c.ReadConcurrency < 0 || c.ReadConcurrency > 256:
@@ -279,7 +262,7 @@ func (r *Relay) sayClosed(name, target string) {
 	}
 	r.mu.Unlock()
 	if !said {
-		r.log.Warn("index is closed: skipping it until it is reopened", logIndex, name, "target", target)
+		r.log.Warn("index is closed: skipping it until it is reopened", logkey.Index, name, logkey.Target, target)
 	}
 }
 
@@ -303,7 +286,7 @@ func (r *Relay) sayOpen(name string, note uint64) {
 	}
 	r.mu.Unlock()
 	if said {
-		r.log.Info("index reopened: resuming from its checkpoint", logIndex, name)
+		r.log.Info("index reopened: resuming from its checkpoint", logkey.Index, name)
 	}
 }
 
@@ -319,7 +302,11 @@ func New(cfg Config) (*Relay, error) {
 		r.m, r.sawMeta, r.lost = c.m, c.sawMeta, c.lost
 		c.mu.Unlock()
 	} else {
-		r.m = newMetrics(cfg.Metrics)
+		m, err := newMetrics(cfg.Metrics)
+		if err != nil {
+			return nil, err
+		}
+		r.m = m
 	}
 	r.stats = statsBatcher{r: r, epoch: time.Now(), window: cfg.StatsWindow}
 	r.refreshes = refreshBatcher{window: cfg.StatsWindow}
@@ -360,7 +347,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			if rerr := r.cfg.Lease.Release(rctx); rerr != nil {
-				r.log.Warn("could not release the lease; a standby takes over when it expires", logErr, rerr)
+				r.log.Warn("could not release the lease; a standby takes over when it expires", logkey.Error, rerr)
 			} else {
 				r.log.Info("released the lease")
 			}
@@ -371,17 +358,17 @@ func (r *Relay) Run(ctx context.Context) error {
 			return err
 		}
 		if errors.Is(err, redisx.ErrLeaseLost) {
-			r.log.Warn("lost the lease; waiting as standby to take it again", logErr, err)
+			r.log.Warn("lost the lease; waiting as standby to take it again", logkey.Error, err)
 			continue
 		}
 		if errors.Is(err, checkpoint.ErrRolledBack) {
-			r.log.Warn("Redis lost changes this relay had committed: loading the feed's state again and reading them again from the cluster", logErr, err)
+			r.log.Warn("Redis lost changes this relay had committed: loading the feed's state again and reading them again from the cluster", logkey.Error, err)
 			continue
 		}
 		if errors.Is(err, checkpoint.ErrNotReplicated) {
 			// A commit of the start-up (--wait-replicas) the replicas did
 			// not acknowledge: no replica yet after a failover. Start again.
-			r.log.Warn("a commit was not acknowledged by enough replicas; loading the feed's state again", logErr, err)
+			r.log.Warn("a commit was not acknowledged by enough replicas; loading the feed's state again", logkey.Error, err)
 			if !sleep(ctx, r.cfg.MinBackoff) {
 				return nil
 			}
@@ -416,7 +403,7 @@ func (r *Relay) acquire(ctx context.Context) error {
 	b := r.newBackoff()
 	for {
 		err := r.cfg.Lease.Acquire(ctx, func(holder string) {
-			r.log.Info("another relay holds the lease; waiting as standby", logHolder, holder)
+			r.log.Info("another relay holds the lease; waiting as standby", logkey.Holder, holder)
 		})
 		if err == nil {
 			r.log.Info("acquired the lease; leading the feed")
@@ -598,7 +585,7 @@ func (r *Relay) repair(ctx context.Context) error {
 	if err := r.commit(ctx, b); err != nil {
 		return err
 	}
-	r.log.Info("recorded the documents of the lost commits again, for delete scans", "commits", lost.Commits, "acknowledged", lost.Acknowledged, "documents", docs)
+	r.log.Info("recorded the documents of the lost commits again, for delete scans", logkey.Commits, lost.Commits, logkey.Acknowledged, lost.Acknowledged, logkey.Documents, docs)
 	r.mu.Lock()
 	r.lost = checkpoint.RolledBack{}
 	r.mu.Unlock()
@@ -637,47 +624,36 @@ func (r *Relay) Snapshotted() bool {
 // Paused reports whether backpressure pauses reading now.
 func (r *Relay) Paused() bool { return r.paused.Load() }
 
-// backoff is a capped exponential backoff with full jitter that logs once
+// retry is the retry pause of a loop (backoff.Backoff) that logs once
 // per change of error.
-type backoff struct {
-	min, max time.Duration
-	cur      time.Duration
-	lastErr  string
-	failing  bool
+type retry struct {
+	pause   backoff.Backoff
+	lastErr string
+	failing bool
 }
 
-func (r *Relay) newBackoff() *backoff {
-	return &backoff{min: r.cfg.MinBackoff, max: r.cfg.MaxBackoff}
+func (r *Relay) newBackoff() *retry {
+	return &retry{pause: backoff.Backoff{Min: r.cfg.MinBackoff, Max: r.cfg.MaxBackoff}}
 }
 
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur *= 2
-		if b.cur > b.max {
-			b.cur = b.max
-		}
-	}
-	// Jitter in [cur/2, cur].
-	return b.cur/2 + time.Duration(rand.Int64N(int64(b.cur/2)+1))
-}
+func (b *retry) next() time.Duration { return b.pause.Next() }
 
 // report logs err unless it is the same kind of error as the previous one.
-func (b *backoff) report(log *slog.Logger, msg string, err error, d time.Duration) {
+func (b *retry) report(log *slog.Logger, msg string, err error, d time.Duration) {
 	key := errorKind(err)
 	if key != b.lastErr {
-		log.Warn(msg, logErr, err.Error(), logBackoff, d.Round(time.Millisecond).String())
+		log.Warn(msg, logkey.Error, err.Error(), logkey.RetryIn, d.Round(time.Millisecond).String())
 		b.lastErr = key
 	}
 	b.failing = true
 }
 
-func (b *backoff) recovered(log *slog.Logger) {
+func (b *retry) recovered(log *slog.Logger) {
 	if b.failing {
 		log.Info("recovered")
 	}
-	b.failing, b.cur, b.lastErr = false, 0, ""
+	b.failing, b.lastErr = false, ""
+	b.pause.Reset()
 }
 
 // errorKind groups errors for "log once per state change": the same ES

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
@@ -48,11 +49,11 @@ func (p *progress) add(r *Relay, n int) {
 	p.lastLog = time.Now()
 	elapsed := time.Since(p.start).Seconds()
 	rate := float64(p.done) / elapsed
-	args := []any{"documents", p.done, "total", p.total, "per_second", int64(rate)}
+	args := []any{logkey.Documents, p.done, logkey.Total, p.total, logkey.PerSecond, int64(rate)}
 	if p.total > 0 {
-		args = append(args, "percent", fmt.Sprintf("%.1f", 100*float64(p.done)/float64(p.total)))
+		args = append(args, logkey.Percent, fmt.Sprintf("%.1f", 100*float64(p.done)/float64(p.total)))
 		if left := p.total - p.done; left > 0 && rate > 0 {
-			args = append(args, "eta", (time.Duration(float64(left)/rate) * time.Second).Round(time.Second).String())
+			args = append(args, logkey.ETA, (time.Duration(float64(left)/rate) * time.Second).Round(time.Second).String())
 		}
 	}
 	r.log.Info(p.what, args...)
@@ -64,8 +65,8 @@ func (p *progress) finish(r *Relay) {
 		return
 	}
 	elapsed := time.Since(p.start)
-	r.log.Info(p.what+": done", "documents", p.done, "took", elapsed.Round(time.Millisecond).String(),
-		"per_second", int64(float64(p.done)/max(elapsed.Seconds(), 1e-9)))
+	r.log.Info(p.what+": done", logkey.Documents, p.done, logkey.Took, elapsed.Round(time.Millisecond).String(),
+		logkey.PerSecond, int64(float64(p.done)/max(elapsed.Seconds(), 1e-9)))
 }
 
 // snapshot writes a resync: it resets the feed's state, emits
@@ -114,7 +115,7 @@ func (r *Relay) snapshot(ctx context.Context) error {
 	r.mu.Lock()
 	r.sawMeta = true
 	r.mu.Unlock()
-	r.log.Info("resync: snapshot started", "indices", len(names), "documents", total, "closed_skipped", len(closed), "state_keys_dropped", dropped)
+	r.log.Info("resync: snapshot started", logkey.Indices, len(names), logkey.Documents, total, logkey.ClosedSkipped, len(closed), logkey.StateKeysDropped, dropped)
 	prog := newProgress("resync snapshot", total, r.cfg.SnapshotProgress)
 	counts := map[string]int64{}
 	for _, name := range names {
@@ -225,7 +226,7 @@ func (r *Relay) snapshotShard(ctx context.Context, name, target, uuid string, sc
 			}
 		}
 		if errors.Is(err, errPrimaryChanged) && !settled && attempt < snapshotAttempts {
-			r.log.Warn("resync: the shard's primary changed before its snapshot was written; starting it again", logIndex, name, logShard, sc.Shard, logErr, err)
+			r.log.Warn("resync: the shard's primary changed before its snapshot was written; starting it again", logkey.Index, name, logkey.Shard, sc.Shard, logkey.Error, err)
 			if sc, err = r.refreshedPrimary(ctx, name, sc.Shard); err != nil {
 				return 0, err
 			}

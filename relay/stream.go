@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 )
 
@@ -37,7 +38,7 @@ func (r *Relay) watchStream(ctx context.Context) {
 			}
 			if said != err.Error() {
 				said = err.Error()
-				r.log.Warn("cannot read the stream's consumer groups", logErr, said)
+				r.log.Warn("cannot read the stream's consumer groups", logkey.Error, said)
 			}
 		} else {
 			said = ""
@@ -47,7 +48,7 @@ func (r *Relay) watchStream(ctx context.Context) {
 			if r.cfg.Trim && time.Since(lastTrim) >= r.cfg.TrimInterval {
 				lastTrim = time.Now()
 				if err := r.trim(ctx, groups); err != nil && ctx.Err() == nil {
-					r.log.Warn("trimming failed", logErr, err.Error())
+					r.log.Warn("trimming failed", logkey.Error, err.Error())
 				}
 			}
 		}
@@ -100,9 +101,9 @@ func (r *Relay) backpressure(ctx context.Context, groups []groupState) {
 	if over {
 		since = time.Now().UTC().Format(time.RFC3339)
 		r.log.Warn("backpressure on: a consumer group lags; pausing reads (the cluster keeps the changes, the cursor is durable)",
-			"group", slowest.name, "lag", slowest.lag, "max_backlog", r.cfg.MaxBacklog)
+			logkey.Group, slowest.name, logkey.Lag, slowest.lag, logkey.MaxBacklog, r.cfg.MaxBacklog)
 	} else {
-		r.log.Info("backpressure off: the groups caught up; reading again", "max_backlog", r.cfg.MaxBacklog)
+		r.log.Info("backpressure off: the groups caught up; reading again", logkey.MaxBacklog, r.cfg.MaxBacklog)
 	}
 	r.paused.Store(over)
 	if over {
@@ -111,7 +112,7 @@ func (r *Relay) backpressure(ctx context.Context, groups []groupState) {
 		r.m.backpressure.Set(0)
 	}
 	if err := r.commit(ctx, checkpoint.Batch{Meta: map[string]string{checkpoint.MetaBackpressure: since}}); err != nil && ctx.Err() == nil {
-		r.log.Warn("cannot record backpressure in the feed's meta", logErr, err.Error())
+		r.log.Warn("cannot record backpressure in the feed's meta", logkey.Error, err.Error())
 	}
 }
 
@@ -144,7 +145,7 @@ func (r *Relay) trim(ctx context.Context, groups []groupState) error {
 		}
 		r.m.trimmed.Add(float64(removed))
 		r.log.Warn("the stream has no consumer group: trimmed to --max-stream-len (older entries were never read by a group)",
-			"removed", removed, "max_stream_len", r.cfg.MaxStreamLen)
+			logkey.Removed, removed, logkey.MaxStreamLen, r.cfg.MaxStreamLen)
 		return nil
 	}
 	minID := ""
@@ -166,7 +167,7 @@ func (r *Relay) trim(ctx context.Context, groups []groupState) error {
 	}
 	if removed > 0 {
 		r.m.trimmed.Add(float64(removed))
-		r.log.Debug("trimmed the stream", "removed", removed, "min_id", minID)
+		r.log.Debug("trimmed the stream", logkey.Removed, removed, logkey.MinID, minID)
 	}
 	return nil
 }

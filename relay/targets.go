@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
@@ -114,7 +115,7 @@ func (r *Relay) followTargets(ctx context.Context) error {
 				err := r.follow(fctx, name, target, fromNow)
 				switch {
 				case errors.Is(err, ErrUnfollowable):
-					r.log.Error("refusing to follow index", logIndex, name, logErr, err.Error())
+					r.log.Error("refusing to follow index", logkey.Index, name, logkey.Error, err.Error())
 					f.refused = true
 				case err != nil:
 					select {
@@ -272,7 +273,7 @@ func (r *Relay) resolveEach(ctx context.Context, said *targetState) (map[string]
 		}
 		if len(res.Indices) == 0 {
 			said.once("expr:"+expr, "empty", func() {
-				r.log.Warn("the expression matches no index yet; waiting", "target", expr)
+				r.log.Warn("the expression matches no index yet; waiting", logkey.Target, expr)
 			})
 			continue
 		}
@@ -299,7 +300,7 @@ func (r *Relay) endIfGone(ctx context.Context, name string) error {
 	_, err := r.cfg.ES.Stats(ctx, []string{name})
 	switch {
 	case err == nil, es.IsClosed(err):
-		r.log.Info("index no longer matches the targets: not following it", logIndex, name)
+		r.log.Info("index no longer matches the targets: not following it", logkey.Index, name)
 		return nil
 	case !es.IsNotFound(err):
 		return err

@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/opensearch-project/opensearch-go/v4"
+
+	"github.com/es-changefeed/es-changefeed/internal/urlx"
 )
 
 // DefaultURL is the cluster address when Config.URLs is empty.
@@ -166,45 +168,18 @@ func validateURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
 		// Not err itself: a *url.Error quotes the whole URL, password included.
-		return fmt.Errorf("bad Elasticsearch URL %q: %v (want http://host:9200 or https://host:9200)", redactURL(raw), errors.Unwrap(err))
+		return fmt.Errorf("bad Elasticsearch URL %q: %v (want http://host:9200 or https://host:9200)", urlx.Redact(raw), errors.Unwrap(err))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("bad Elasticsearch URL %q: scheme %q (want http://host:9200 or https://host:9200)", redactURL(raw), u.Scheme)
+		return fmt.Errorf("bad Elasticsearch URL %q: scheme %q (want http://host:9200 or https://host:9200)", urlx.Redact(raw), u.Scheme)
 	}
 	if u.Host == "" {
-		return fmt.Errorf("bad Elasticsearch URL %q: no host (want http://host:9200)", redactURL(raw))
+		return fmt.Errorf("bad Elasticsearch URL %q: no host (want http://host:9200)", urlx.Redact(raw))
 	}
-	if strayAt(u) {
-		return fmt.Errorf("bad Elasticsearch URL %q: an '@' after the host (percent-encode '/', '?' and '#' in a password: %%2F, %%3F, %%23)", redactURL(raw))
+	if urlx.StrayAt(u) {
+		return fmt.Errorf("bad Elasticsearch URL %q: an '@' after the host (percent-encode '/', '?' and '#' in a password: %%2F, %%3F, %%23)", urlx.Redact(raw))
 	}
 	return nil
-}
-
-// strayAt reports whether an '@' follows the host: a password with an
-// unescaped '/', '?' or '#' ended the host early, and what follows is
-// read as path, query or fragment.
-func strayAt(u *url.URL) bool {
-	return strings.Contains(u.EscapedPath()+u.RawQuery+u.EscapedFragment()+u.Opaque, "@")
-}
-
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil || strayAt(u) {
-		// Unparsable, no "scheme://", or a password with a '/', '?' or
-		// '#' that ended the host early: mask everything up to the last '@'.
-		if i := strings.LastIndex(raw, "@"); i >= 0 {
-			start := 0
-			if j := strings.Index(raw, "://"); j >= 0 && j < i {
-				start = j + 3
-			}
-			return raw[:start] + "xxxxx" + raw[i:]
-		}
-		return raw
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
 }
 
 // Client talks to one cluster. It is safe for concurrent use.
@@ -302,7 +277,7 @@ func New(cfg Config) (*Client, error) {
 		}
 		urls := make([]string, len(addresses))
 		for i, u := range addresses {
-			urls[i] = redactURL(u)
+			urls[i] = urlx.Redact(u)
 		}
 		return &Client{os: c, timeout: cfg.RequestTimeout, urls: urls, rawURLs: addresses, hasClientCert: len(cfg.ClientCertPEM) > 0}, nil
 	}
@@ -514,7 +489,7 @@ func (c *Client) explainTransport(err error) error {
 		// connection without a word; see whether an http:// node speaks TLS.
 		for _, u := range c.rawURLs {
 			if speaksTLS(u) {
-				return &TLSError{URLs: redactURL(u), Problem: TLSRequired, Err: err}
+				return &TLSError{URLs: urlx.Redact(u), Problem: TLSRequired, Err: err}
 			}
 		}
 	}

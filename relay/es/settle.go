@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/es-changefeed/es-changefeed/internal/backoff"
 )
 
 // ErrPrimaryChanged: a shard's primary (term, node or history) changed
@@ -36,7 +38,7 @@ func Settle(ctx context.Context, name string, shard int, primary ShardCheckpoint
 	}
 	target := sc.MaxSeqNo
 	deadline := time.Now().Add(timeout)
-	wait := 5 * time.Millisecond
+	pause := backoff.Backoff{Min: 5 * time.Millisecond, Max: 100 * time.Millisecond}
 	for {
 		if !sc.SamePrimary(primary) {
 			return fmt.Errorf("shard %d of %s: %w (primary term %d on node %s, then %d on %s)",
@@ -49,14 +51,13 @@ func Settle(ctx context.Context, name string, shard int, primary ShardCheckpoint
 			return fmt.Errorf("shard %d of %s: the global checkpoint stayed at %d below the max seq no %d for %s: a replica is not keeping up",
 				shard, name, sc.GlobalCheckpoint, target, timeout)
 		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(pause.Next())
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
 		case <-t.C:
 		}
-		wait = min(2*wait, 100*time.Millisecond)
 		if sc, err = read(); err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 )
 
@@ -173,7 +174,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		switch {
 		case err != nil && err.Error() != said:
 			said = err.Error()
-			m.log.Warn("partition balancing failed; retrying", "error", said, "retry_in", (m.cfg.TTL / 3).String())
+			m.log.Warn("partition balancing failed; retrying", logkey.Error, said, logkey.RetryIn, (m.cfg.TTL / 3).String())
 		case err == nil && said != "":
 			said = ""
 			m.log.Info("partition balancing recovered")
@@ -201,7 +202,7 @@ func (m *Manager) reap() error {
 		switch {
 		case r.err == nil:
 		case errors.Is(r.err, redisx.ErrLeaseLost):
-			m.log.Warn("lost the lease of a partition", "partition", p, "error", r.err.Error())
+			m.log.Warn("lost the lease of a partition", logkey.Partition, p, logkey.Error, r.err.Error())
 		default:
 			return fmt.Errorf("partition %d: %w", p, r.err)
 		}
@@ -226,7 +227,7 @@ func (m *Manager) step(ctx context.Context, balance bool) error {
 	plan := Balance(m.cfg.Partitions, len(live), self, m.Held())
 	m.mu.Lock()
 	if m.members != len(live) {
-		m.log.Info("relays of the feed", "relays", len(live), "partitions", m.cfg.Partitions, "limit", plan.Limit)
+		m.log.Info("relays of the feed", logkey.Relays, len(live), logkey.Partitions, m.cfg.Partitions, logkey.Limit, plan.Limit)
 	}
 	m.members = len(live)
 	m.mu.Unlock()
@@ -234,7 +235,7 @@ func (m *Manager) step(ctx context.Context, balance bool) error {
 		return nil
 	}
 	for _, p := range plan.Release {
-		m.log.Info("giving a partition back for another relay to take", "partition", p, "limit", plan.Limit)
+		m.log.Info("giving a partition back for another relay to take", logkey.Partition, p, logkey.Limit, plan.Limit)
 		m.stop(p)
 	}
 	held := len(m.Held())
@@ -285,7 +286,7 @@ func (m *Manager) start(ctx context.Context, p int, w Worker) {
 	m.mu.Lock()
 	m.running[p] = r
 	m.mu.Unlock()
-	m.log.Info("acquired a partition", "partition", p)
+	m.log.Info("acquired a partition", logkey.Partition, p)
 	go func() {
 		defer close(r.done)
 		r.err = w.Run(wctx)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
 )
@@ -214,7 +215,7 @@ func NewBulk(cfg BulkConfig) (*Bulk, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Bulk{
-		cfg: cfg, tmpl: tmpl, log: cfg.Logger.With("sink", "bulk", "target", cfg.ES.URLs()),
+		cfg: cfg, tmpl: tmpl, log: cfg.Logger.With(logkey.Sink, "bulk", logkey.Target, cfg.ES.URLs()),
 		in: make(chan *bulkPending), quit: make(chan struct{}), done: make(chan struct{}),
 		ctx: ctx, cancel: cancel, gens: map[string]int64{},
 	}
@@ -456,14 +457,14 @@ func (b *Bulk) flush(batch []*bulkPending) {
 		refused := !errors.As(err, &ee) || ee.Status == http.StatusBadRequest || ee.Status == http.StatusRequestEntityTooLarge
 		switch {
 		case refused && len(batch) > 1:
-			b.log.Warn("bulk request refused as a whole: sending its events one by one to find the ones at fault", "events", len(batch), "err", err)
+			b.log.Warn("bulk request refused as a whole: sending its events one by one to find the ones at fault", logkey.Events, len(batch), logkey.Error, err)
 			for _, p := range batch {
 				b.flush([]*bulkPending{p})
 			}
 		case refused:
 			batch[0].done <- redisx.Permanent(err)
 		default:
-			b.log.Warn("bulk request failed: its events will be retried", "events", len(batch), "err", err)
+			b.log.Warn("bulk request failed: its events will be retried", logkey.Events, len(batch), logkey.Error, err)
 			for _, p := range batch {
 				p.done <- err
 			}

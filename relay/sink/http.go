@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/internal/urlx"
 	"github.com/es-changefeed/es-changefeed/redisx"
 )
 
@@ -54,13 +55,13 @@ func (c HTTPConfig) Validate() error {
 	u, err := url.Parse(c.URL)
 	if err != nil {
 		// Not err itself: a *url.Error quotes the whole URL, password included.
-		return fmt.Errorf("http sink config: URL %q: %v", redisx.Redact(c.URL), errors.Unwrap(err))
+		return fmt.Errorf("http sink config: URL %q: %v", urlx.Redact(c.URL), errors.Unwrap(err))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("http sink config: URL %q: scheme %q: want http or https", redisx.Redact(c.URL), u.Scheme)
+		return fmt.Errorf("http sink config: URL %q: scheme %q: want http or https", urlx.Redact(c.URL), u.Scheme)
 	}
 	if u.Host == "" {
-		return fmt.Errorf("http sink config: URL %q has no host", redisx.Redact(c.URL))
+		return fmt.Errorf("http sink config: URL %q has no host", urlx.Redact(c.URL))
 	}
 	for name, value := range c.Headers {
 		if !validHeaderName(name) {
@@ -162,7 +163,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	if cfg.MaxWait == 0 {
 		cfg.MaxWait = DefaultHTTPMaxWait
 	}
-	s := &HTTP{cfg: cfg, url: redisx.Redact(cfg.URL), client: cfg.Client}
+	s := &HTTP{cfg: cfg, url: urlx.Redact(cfg.URL), client: cfg.Client}
 	if s.client == nil {
 		s.ownedTr = http.DefaultTransport.(*http.Transport).Clone()
 		s.client = &http.Client{

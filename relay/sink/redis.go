@@ -27,6 +27,9 @@ const (
 	RedisSet RedisMode = "set"
 )
 
+// DefaultRedisMode is RedisConfig.Mode when left empty.
+const DefaultRedisMode = RedisDel
+
 // Defaults of RedisConfig.
 const (
 	DefaultRedisKey  = "cache:{index}:{id}"
@@ -99,7 +102,7 @@ func (c RedisConfig) resolve() (RedisConfig, KeyTemplate, error) {
 	}
 	switch c.Mode {
 	case "":
-		c.Mode = RedisDel
+		c.Mode = DefaultRedisMode
 	case RedisDel, RedisSet:
 	default:
 		return c, tpl, fmt.Errorf("redis sink config: Mode %q: want %q or %q", c.Mode, RedisDel, RedisSet)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 )
 
 // DefaultSampleEvery is how often the server samples the feed for the
@@ -85,7 +87,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr %s: %w", cfg.Addr, err)
+		return nil, fmt.Errorf("status server: listen on %s: %w", cfg.Addr, err)
 	}
 	return &Server{cfg: cfg, ln: ln}, nil
 }
@@ -119,7 +121,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		if err := RenderPage(w, rep, s.History()); err != nil {
-			s.cfg.Logger.Warn("render the status page", "error", err.Error())
+			s.cfg.Logger.Warn("render the status page", logkey.Error, err.Error())
 		}
 	})
 	return mux

@@ -136,16 +136,6 @@ func diffMirror(tb testing.TB, src, dst backend, index string) (string, int) {
 	return strings.Join(problems, "\n"), len(want)
 }
 
-// compareMirror fails unless the target mirrors the source exactly.
-func compareMirror(tb testing.TB, src, dst backend, index string) int {
-	tb.Helper()
-	diff, n := diffMirror(tb, src, dst, index)
-	if diff != "" {
-		tb.Fatalf("the mirror differs from the source:\n%s", diff)
-	}
-	return n
-}
-
 // waitTargetMirror waits until the target mirrors the source exactly.
 func waitTargetMirror(tb testing.TB, src, dst backend, index string, timeout time.Duration) int {
 	tb.Helper()

@@ -417,13 +417,6 @@ func parseMetrics(r *request) ([]string, *esError) {
 	return out, nil
 }
 
-func plural(n int) string {
-	if n == 1 {
-		return ""
-	}
-	return "s"
-}
-
 func apiStats(c *Cluster, r *request) (reply, *esError) {
 	level := r.param("level")
 	if level == "" {

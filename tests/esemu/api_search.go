@@ -405,14 +405,6 @@ func (c *Cluster) searchTargets(r *request, forSearch bool) ([]target, *esError)
 	return targetsFor(indices, pref, routing), nil
 }
 
-// shardRead is one shard's part of a request: its target, the copy chosen,
-// the view to read, or the failure.
-type shardRead struct {
-	t       target
-	cp      *shardCopy
-	failure *shardFailure
-}
-
 // runShards executes the request on every target and returns per-shard
 // results in target order.
 func (c *Cluster) runShards(targets []target, req *searchReq, pref preference, limit, countLimit int) []shardResult {

@@ -400,7 +400,7 @@ func (c *Cluster) authorized(w http.ResponseWriter, hr *http.Request) bool {
 		if user != "" {
 			reason = fmt.Sprintf("unable to authenticate user [%s] for REST request [%s]", user, hr.URL.RequestURI())
 		} else {
-			reason = fmt.Sprintf("unable to authenticate with provided credentials and anonymous access is not allowed for this request")
+			reason = "unable to authenticate with provided credentials and anonymous access is not allowed for this request"
 		}
 	}
 	e := newError(http.StatusUnauthorized, "security_exception", "%s", reason).

@@ -97,9 +97,7 @@ func TestCluster_FailedCopyFallsOver(t *testing.T) {
 	for _, n := range c.Nodes() {
 		prefs = append(prefs, url.QueryEscape("_shards:0|_prefer_nodes:"+n.ID))
 	}
-	for _, s := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
-		prefs = append(prefs, s)
-	}
+	prefs = append(prefs, "a", "b", "c", "d", "e", "f", "g", "h")
 	for _, r := range reads {
 		t.Run(r.name, func(t *testing.T) {
 			for _, which := range []string{esemu.CopyPrimary, esemu.CopyReplica} {

@@ -1,0 +1,3 @@
+// Package urlx masks the passwords of URLs (Redis, Elasticsearch, HTTP
+// sinks) for logs and errors: one rule for every package that names a URL.
+package urlx

@@ -1,0 +1,54 @@
+package urlx
+
+import (
+	"net/url"
+	"testing"
+)
+
+func TestRedact(t *testing.T) {
+	tests := []struct {
+		name, raw, want string
+	}{
+		{"no user", "redis://localhost:6379/0", "redis://localhost:6379/0"},
+		{"user only", "http://elastic@es:9200", "http://elastic@es:9200"},
+		{"password", "redis://u:secret@localhost:6379", "redis://u:xxxxx@localhost:6379"},
+		{"password only", "rediss://:secret@h:6380/2", "rediss://:xxxxx@h:6380/2"},
+		{"https", "https://elastic:changeme@es:9200", "https://elastic:xxxxx@es:9200"},
+		{"slash in password", "redis://u:se/cr@et@h:6379", "redis://xxxxx@h:6379"},
+		{"hash in password", "http://u:a#b@es:9200", "http://xxxxx@es:9200"},
+		{"unparsable", "redis://u:%zz@h", "redis://xxxxx@h"},
+		{"no scheme", "u:secret@h:6379", "xxxxx@h:6379"},
+		{"no at", "not a url", "not a url"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, want := Redact(tt.raw), tt.want; got != want {
+				t.Errorf("Redact(%q) = %q, want %q", tt.raw, got, want)
+			}
+		})
+	}
+}
+
+func TestStrayAt(t *testing.T) {
+	tests := []struct {
+		name string
+		raw  string
+		want bool
+	}{
+		{"clean", "redis://u:p@h:6379/0", false},
+		{"in path", "redis://u@h:6379/a@b", true},
+		{"in query", "http://u@es:9200?a@b", true},
+		{"in fragment", "http://u@es:9200#a@b", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u, err := url.Parse(tt.raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := StrayAt(u), tt.want; got != want {
+				t.Errorf("StrayAt(%q) = %v, want %v", tt.raw, got, want)
+			}
+		})
+	}
+}
