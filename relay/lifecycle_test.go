@@ -243,7 +243,7 @@ func TestRelay_CheckTargets(t *testing.T) {
 		wantErr  string
 	}{
 		{name: "an index", targets: []string{"open"}},
-		{name: "a typo", targets: []string{"opne"}, wantErr: `--index "opne" names no index`},
+		{name: "a typo", targets: []string{"opne"}, wantErr: `target "opne" names no index`},
 		{name: "a missing index the feed followed", targets: []string{"gone"}, followed: "gone"},
 		{name: "a pattern that matches nothing yet", targets: []string{"later-*"}},
 		{name: "a closed index named explicitly", targets: []string{"shut"}, wantErr: "is closed, and a closed index cannot be read"},
@@ -289,6 +289,8 @@ func TestRelay_CheckTargets(t *testing.T) {
 				t.Errorf("checkTargets: %v, want nil", err)
 			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
 				t.Errorf("checkTargets: %v, want an error saying %q", err, tt.wantErr)
+			case tt.wantErr != "" && !errors.As(err, new(*TargetError)):
+				t.Errorf("checkTargets: %v (%T), want a *TargetError for main to explain", err, err)
 			}
 			if after, _ := e.rdb.DBSize(ctx).Result(); after != before {
 				t.Errorf("checkTargets wrote to Redis: %d keys, then %d", before, after)

@@ -113,12 +113,15 @@ func TestRelay_SettlePending(t *testing.T) {
 }
 
 // TestSettleDelay: the pause before settling held pages again: none at
-// first, then doubling from 5 ms, capped at 100 ms.
+// first, then doubling from 5 ms, capped at 100 ms, jittered down to no
+// less than half of that (internal/backoff).
 func TestSettleDelay(t *testing.T) {
 	for tries, want := range []time.Duration{0, 5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond,
 		40 * time.Millisecond, 80 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond} {
-		if got := settleDelay(tries); got != want {
-			t.Errorf("settleDelay(%d) = %s, want %s", tries, got, want)
+		for range 20 {
+			if got := settleDelay(tries); got > want || got < want/2 {
+				t.Fatalf("settleDelay(%d) = %s, want %s to %s", tries, got, want/2, want)
+			}
 		}
 	}
 }
