@@ -2,9 +2,15 @@ package checkpoint
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
+	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -184,9 +190,23 @@ type Store struct {
 	// kept for RollbackMemory; forgotten is the highest count dropped.
 	sent      []*sentBatch
 	forgotten int64
+	// doubts are commits in doubt (ErrInDoubt), oldest first, until
+	// resolve finds out whether they landed.
+	doubts []*doubt
+
+	// resolving serializes resolve.
+	resolving sync.Mutex
 
 	// buffers pools *commitBuffers.
 	buffers sync.Pool
+}
+
+// doubt is a commit whose EXEC was sent but whose reply never came: a copy
+// of its batch and the token it wrote (Keys.Tokens) if it landed.
+type doubt struct {
+	batch Batch
+	token string
+	field string // the Tokens field that tells whether it landed
 }
 
 // sentBatch is what one commit delivered, and its value of the commit
@@ -272,6 +292,20 @@ var ErrRolledBack = errors.New("the feed's state in Redis rolled back")
 // master), but not as RolledBack.Acknowledged.
 var ErrNotReplicated = errors.New("commit not acknowledged by enough replicas")
 
+// ErrInDoubt means a commit's transaction was sent to Redis but its reply
+// never came (the connection broke, a timeout): Redis may have carried it
+// out — and consumers may have read its entries — or not. The Store keeps
+// the batch and decides before it commits or loads anything else, by the
+// commit token the transaction writes (Keys.Tokens): landed, it is
+// remembered like any commit (for Rebase); not landed and nothing else
+// lost, it is committed again unchanged (consumers that saw a copy of its
+// entries apply the same events again, which their fences make harmless);
+// not landed while Redis lost other commits too, its documents join what
+// Rebase reports as possibly delivered. The caller loads the state again,
+// as after any failed Commit. Errors before the transaction was sent are
+// definite failures, not ErrInDoubt.
+var ErrInDoubt = errors.New("commit in doubt: sent to Redis, no reply")
+
 // RolledBack is what Rebase found Redis lost of this Store's commits.
 type RolledBack struct {
 	// Commits is how many commits Redis lost (0: none).
@@ -310,6 +344,9 @@ func (r *RolledBack) Merge(o RolledBack) {
 // this Store's commits. Call it before loading the state to work from,
 // while no Commit of this Store is in flight. It writes nothing.
 func (s *Store) Rebase(ctx context.Context) (RolledBack, error) {
+	if err := s.resolve(ctx); err != nil && !errors.Is(err, ErrRolledBack) {
+		return RolledBack{}, err
+	}
 	n, err := s.cfg.Client.HGet(ctx, s.cfg.Keys.Meta(), MetaCommits).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return RolledBack{}, fmt.Errorf("read %s %s: %w", s.cfg.Keys.Meta(), MetaCommits, err)
@@ -461,7 +498,7 @@ func (s *Store) reset(ctx context.Context, scanner redis.Cmdable) (int, error) {
 		if next == 0 {
 			// The commit counter went with the meta hash.
 			s.mu.Lock()
-			s.high, s.acked, s.sent, s.forgotten = 0, 0, nil, 0
+			s.high, s.acked, s.sent, s.forgotten, s.doubts = 0, 0, nil, 0, nil
 			s.mu.Unlock()
 			return deleted, nil
 		}
@@ -488,8 +525,14 @@ func (s *Store) NextGeneration(ctx context.Context, uuid, name string) (gen int6
 	return parse(vals[1]) + 1, false, nil
 }
 
-// Load reads the checkpoints and known indices.
+// Load reads the checkpoints and known indices. A commit of this Store in
+// doubt (ErrInDoubt) is resolved first, so the state read includes it if
+// it is to be included; if Redis lost commits meanwhile, Load returns
+// ErrRolledBack.
 func (s *Store) Load(ctx context.Context) (State, error) {
+	if err := s.resolve(ctx); err != nil {
+		return State{}, err
+	}
 	st := State{Checkpoints: map[ShardID]int64{}, Gaps: map[ShardID]int64{}, Origins: map[ShardID]int64{},
 		CommittedAt: map[ShardID]time.Time{}, Histories: map[ShardID]string{}, Indices: map[string]IndexInfo{}}
 	at := map[ShardID]int64{}
@@ -560,9 +603,10 @@ func parseShardField(f string) (ShardID, bool) {
 // lease is not (or no longer) ours, nothing is written and the error wraps
 // redisx.ErrLeaseLost. If Redis lost commits this Store made (a restart
 // from an older AOF, a failover to a lagging replica), nothing is written
-// and the error wraps ErrRolledBack. Any other error leaves it unknown
-// whether the batch was written: the caller must Load again before
-// retrying, never resend. On success the events' StreamID fields are set.
+// and the error wraps ErrRolledBack. An error once the transaction was
+// sent wraps ErrInDoubt: the Store keeps the batch and decides whether it
+// landed before it loads or commits anything else. After any error the
+// caller must Load again before retrying, never resend. On success the events' StreamID fields are set.
 // Commit keeps no reference to b.Events once it returns (the caller may
 // reuse the slice and what its events point to); b.Delivered it keeps for
 // Rebase, for Config.RollbackMemory.
@@ -576,9 +620,17 @@ func (s *Store) Commit(ctx context.Context, b Batch) error {
 	if b.empty() {
 		return nil
 	}
+	if err := s.resolve(ctx); err != nil {
+		return fmt.Errorf("commit %d events to %s: %w", len(b.Events), s.cfg.Keys.Events(), err)
+	}
+	token := newToken()
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
-		count, err := s.commitOnce(ctx, b)
+		count, err := s.commitOnce(ctx, b, token)
+		if errors.Is(err, ErrInDoubt) {
+			s.addDoubt(b, token)
+			return err
+		}
 		if errors.Is(err, ErrNotReplicated) {
 			// Written on the master (consumers may read it there), but not
 			// acknowledged by the replicas: a failover may drop it.
@@ -610,15 +662,17 @@ func (s *Store) Commit(ctx context.Context, b Batch) error {
 }
 
 // commitOnce runs one WATCH … EXEC. WATCH and the owner check share one
-// round trip, MULTI … EXEC the second. It returns the commit's count.
-func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
+// round trip, MULTI … EXEC the second. It returns the commit's count. An
+// error once MULTI … EXEC may have reached Redis wraps ErrInDoubt.
+func (s *Store) commitOnce(ctx context.Context, b Batch, token string) (int64, error) {
 	k := s.cfg.Keys
 	leaseKey := s.cfg.Lease.Key()
 	stream := k.Events()
 	bufs := s.getBuffers(len(b.Events))
 	defer s.putBuffers(bufs)
-	var count *redis.IntCmd
+	var count *redis.Cmd
 	var waitErr error
+	var sent bool // MULTI … EXEC was handed to the connection
 	// Commits of this Store acknowledged before this one began: Redis
 	// holding fewer lost them. (Concurrent commits only raise the count.)
 	known := s.committed()
@@ -649,8 +703,9 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 			return fmt.Errorf("%w: %s %s is %d, but this relay had committed up to %d (Redis restarted from an older append-only file or snapshot, or failed over to a replica that lagged)",
 				ErrRolledBack, k.Meta(), MetaCommits, n, known)
 		}
+		sent = true
 		_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			count = p.HIncrBy(ctx, k.Meta(), MetaCommits, 1)
+			count = tokenScript.Eval(ctx, p, []string{k.Meta(), k.Tokens()}, tokenArgs(b, token)...)
 			args, queued := bufs.args[:0], bufs.cmds[:0]
 			for i := range b.Events {
 				// Each XADD's arguments are a full slice of one buffer for
@@ -707,6 +762,7 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 				p.HDel(ctx, k.Checkpoints(), id.String(), redisx.GapField(id.IndexUUID, id.Shard), redisx.OriginField(id.IndexUUID, id.Shard), id.String()+"/at",
 					redisx.HistoryField(id.IndexUUID, id.Shard))
 				p.Del(ctx, k.Delivered(id.IndexUUID, id.Shard), k.Routing(id.IndexUUID, id.Shard), k.Scan(id.IndexUUID, id.Shard))
+				p.HDel(ctx, k.Tokens(), id.String())
 				dropRanges.Eval(ctx, p, []string{k.DeliveredCounts(id.IndexUUID, id.Shard)}, k.DeliveredRangePrefix(id.IndexUUID, id.Shard))
 			}
 			if len(b.ForgetIndices) > 0 {
@@ -770,16 +826,202 @@ func (s *Store) commitOnce(ctx context.Context, b Batch) (int64, error) {
 		return 0, err
 	case errors.Is(err, redisx.ErrLeaseLost):
 		return 0, fmt.Errorf("commit %d events to %s: %w", len(b.Events), k.Events(), redisx.ErrLeaseLost)
+	case sent && inDoubt(err):
+		return 0, fmt.Errorf("commit %d events to %s: %w: %w", len(b.Events), k.Events(), ErrInDoubt, err)
 	default:
 		return 0, fmt.Errorf("commit %d events to %s: %w", len(b.Events), k.Events(), err)
 	}
 	for i, c := range bufs.cmds {
 		b.Events[i].StreamID = c.(*redis.StringCmd).Val()
 	}
+	n, _ := count.Int64()
 	if waitErr != nil {
-		return count.Val(), fmt.Errorf("commit %d events to %s (commit %d): %w", len(b.Events), k.Events(), count.Val(), waitErr)
+		return n, fmt.Errorf("commit %d events to %s (commit %d): %w", len(b.Events), k.Events(), n, waitErr)
 	}
-	return count.Val(), nil
+	return n, nil
+}
+
+// inDoubt reports whether an error of MULTI … EXEC leaves it unknown if
+// Redis carried the transaction out: not a reply of Redis (it answered:
+// EXECABORT, an error of a command), not a failure to connect or to write
+// the transaction (EXEC never arrived whole, so Redis discarded the rest
+// with the connection), not a closed client.
+func inDoubt(err error) bool {
+	var re redis.Error
+	var op *net.OpError
+	switch {
+	case err == nil, errors.As(err, &re), errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout):
+		return false
+	case errors.As(err, &op) && (op.Op == "dial" || op.Op == "write"):
+		return false
+	}
+	return true
+}
+
+// tokenScript counts a commit in the meta hash and records its token with
+// that count in the tokens hash (redisx.Keys.Tokens), for each shard it
+// touches: KEYS[1] meta, KEYS[2] tokens; ARGV[1] the counter's field,
+// ARGV[2] the token, ARGV[3…] the tokens fields. It returns the count.
+var tokenScript = redis.NewScript(`
+local n = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+local v = ARGV[2] .. ' ' .. n
+for i = 3, #ARGV do redis.call('HSET', KEYS[2], ARGV[i], v) end
+return n`)
+
+// tokenArgs are tokenScript's arguments for a batch.
+func tokenArgs(b Batch, token string) []any {
+	fields := tokenFields(b)
+	args := make([]any, 0, 2+len(fields))
+	args = append(args, MetaCommits, token)
+	for _, f := range fields {
+		args = append(args, f)
+	}
+	return args
+}
+
+// tokenFields are the tokens-hash fields a batch writes: one per shard it
+// touches and does not forget, sorted; redisx.TokenNoShard when there is
+// none.
+func tokenFields(b Batch) []string {
+	set := map[string]bool{}
+	add := func(id ShardID) { set[id.String()] = true }
+	for id := range b.Checkpoints {
+		add(id)
+	}
+	for id := range b.Gaps {
+		add(id)
+	}
+	for id := range b.Origins {
+		add(id)
+	}
+	for id := range b.Histories {
+		add(id)
+	}
+	for id := range b.Delivered {
+		add(id)
+	}
+	for id := range b.Removed {
+		add(id)
+	}
+	for id := range b.LegacyRemoved {
+		add(id)
+	}
+	for _, e := range b.Events {
+		if e.Op == redisx.OpUpsert || e.Op == redisx.OpDelete {
+			add(ShardID{IndexUUID: e.IndexUUID, Shard: e.Shard})
+		}
+	}
+	for _, id := range b.ForgetShards {
+		delete(set, id.String())
+	}
+	if len(set) == 0 {
+		return []string{redisx.TokenNoShard}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// newToken returns a random commit token.
+func newToken() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// addDoubt keeps a copy of a batch in doubt for resolve: the caller may
+// reuse the batch's events and what they point to once Commit returns.
+func (s *Store) addDoubt(b Batch, token string) {
+	c := b
+	c.Events = make([]redisx.Event, len(b.Events))
+	for i, e := range b.Events {
+		e.StreamID = ""
+		e.Source = slices.Clone(e.Source)
+		e.Counts = maps.Clone(e.Counts)
+		c.Events[i] = e
+	}
+	c.Checkpoints, c.Gaps, c.Origins, c.Histories = maps.Clone(b.Checkpoints), maps.Clone(b.Gaps), maps.Clone(b.Origins), maps.Clone(b.Histories)
+	c.Meta, c.Generations, c.Indices = maps.Clone(b.Meta), maps.Clone(b.Generations), maps.Clone(b.Indices)
+	s.mu.Lock()
+	s.doubts = append(s.doubts, &doubt{batch: c, token: token, field: tokenFields(b)[0]})
+	s.mu.Unlock()
+}
+
+// InDoubt is how many commits of the Store are in doubt (ErrInDoubt) and
+// not yet resolved.
+func (s *Store) InDoubt() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.doubts)
+}
+
+// resolve decides each commit in doubt, oldest first (see ErrInDoubt): by
+// its token it landed (remembered as committed), or not. One that did not
+// land is committed again unchanged when Redis holds every other commit of
+// this Store; when Redis lost commits, its documents are remembered as
+// possibly delivered (Rebase reports them) and resolve returns
+// ErrRolledBack. It returns the first error that leaves a commit in doubt.
+func (s *Store) resolve(ctx context.Context) error {
+	s.resolving.Lock()
+	defer s.resolving.Unlock()
+	for {
+		s.mu.Lock()
+		if len(s.doubts) == 0 {
+			s.mu.Unlock()
+			return nil
+		}
+		d := s.doubts[0]
+		s.mu.Unlock()
+		done := func() {
+			s.mu.Lock()
+			s.doubts = slices.Delete(s.doubts, 0, 1)
+			s.mu.Unlock()
+		}
+		k := s.cfg.Keys
+		v, err := s.cfg.Client.HGet(ctx, k.Tokens(), d.field).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("resolve a commit in doubt: read %s %s: %w", k.Tokens(), d.field, err)
+		}
+		if rest, ok := strings.CutPrefix(v, d.token+" "); ok {
+			n, err := strconv.ParseInt(rest, 10, 64)
+			if err != nil {
+				return fmt.Errorf("resolve a commit in doubt: %s %s = %q: want \"<token> <count>\"", k.Tokens(), d.field, v)
+			}
+			s.sawCommit(n, d.batch.Delivered, s.cfg.WaitReplicas == 0)
+			done()
+			continue
+		}
+		n, err := s.cfg.Client.HGet(ctx, k.Meta(), MetaCommits).Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("resolve a commit in doubt: read %s %s: %w", k.Meta(), MetaCommits, err)
+		}
+		if known := s.committed(); n < known {
+			// Redis lost commits this Store made: this one went with them
+			// or never landed. Consumers may have read it either way.
+			s.mu.Lock()
+			s.sent = append(s.sent, &sentBatch{count: math.MaxInt64, at: time.Now(), docs: d.batch.Delivered})
+			s.mu.Unlock()
+			done()
+			return fmt.Errorf("%w: %s %s is %d, but this relay had committed up to %d (found resolving a commit in doubt)",
+				ErrRolledBack, k.Meta(), MetaCommits, n, known)
+		}
+		// Not there, nothing else lost: it never landed, or Redis lost just
+		// it. Either way the same batch again is right.
+		count, err := s.commitOnce(ctx, d.batch, d.token)
+		switch {
+		case err == nil:
+			s.sawCommit(count, d.batch.Delivered, true)
+			s.commits.Inc()
+			for _, e := range d.batch.Events {
+				s.events.WithLabelValues(string(e.Op)).Inc()
+			}
+			done()
+		case errors.Is(err, ErrNotReplicated):
+			s.sawCommit(count, d.batch.Delivered, false)
+			done()
+			return err
+		default:
+			return fmt.Errorf("resolve a commit in doubt: %w", err)
+		}
+	}
 }
 
 // commitBuffers are what one commit reuses from an earlier one: the XADD

@@ -18,6 +18,8 @@ import (
 //	escf:{feed}:routing:<uuid>:<shard>      hash  id -> custom routing (routed ids only)
 //	escf:{feed}:scan:<uuid>:<shard>         set   live ids of a delete scan in progress
 //	escf:{feed}:meta                        hash  feed facts: created, targets (never deleted by the relay)
+//	escf:{feed}:tokens                      hash  <uuid>/<shard> -> "<token> <count>" of the shard's last commit;
+//	                                              "-" -> the same of the last commit that touched no shard
 //	escf:{feed}:generations                 hash  <uuid> -> generation of its index name (1, 2, ... per re-creation)
 //	escf:{feed}:fence:<name>:<uuid>         hash  <shard>/<id> -> order of the last event applied (idempotency);
 //	                                              "ended" -> when the index ended (then the key expires)
@@ -145,6 +147,17 @@ func (k Keys) Scan(indexUUID string, shard int) string {
 // first index the feed follows and only resync rewrites it, so a stream
 // without it means the feed's state was lost.
 func (k Keys) Meta() string { return "escf:" + k.tag + ":meta" }
+
+// Tokens is the hash of commit tokens: each commit (checkpoint.Store.Commit)
+// writes a random token and its value of the meta commit counter, "<token>
+// <count>", into field "<uuid>/<shard>" of every shard it touches (field
+// TokenNoShard when it touches none), in its transaction. A commit whose
+// reply was lost is then known to have landed, or not, by reading the
+// field (checkpoint.ErrInDoubt).
+func (k Keys) Tokens() string { return "escf:" + k.tag + ":tokens" }
+
+// TokenNoShard is the Tokens field of commits that touch no shard.
+const TokenNoShard = "-"
 
 // Generations is the hash giving each index uuid the generation of its
 // name: the first index of a name is 1, a re-created one 2, and so on. The

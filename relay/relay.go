@@ -365,6 +365,15 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.log.Warn("Redis lost changes this relay had committed: loading the feed's state again and reading them again from the cluster", logkey.Error, err)
 			continue
 		}
+		if errors.Is(err, checkpoint.ErrInDoubt) {
+			// A commit of the start-up whose reply was lost: the store
+			// decides it (landed or not) when the state is loaded again.
+			r.log.Warn("a commit's reply was lost; loading the feed's state again", logkey.Error, err)
+			if !sleep(ctx, r.cfg.MinBackoff) {
+				return nil
+			}
+			continue
+		}
 		if errors.Is(err, checkpoint.ErrNotReplicated) {
 			// A commit of the start-up (--wait-replicas) the replicas did
 			// not acknowledge: no replica yet after a failover. Start again.
