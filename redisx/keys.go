@@ -27,6 +27,7 @@ import (
 //	escf:{feed}:fence:<name>                hash  <uuid>/<shard>/<id> -> order: fences of earlier versions, read, never written
 //	escf:{feed}:lease                       string owner token (PX TTL)
 //	escf:{feed}:lost                        hash  group -> why it lost history (set by consumers, cleared by --bootstrap)
+//	escf:{feed}:applied                     hash  group -> the applied position (Position.Lead) its sink last recorded in its own store
 //	escf:{feed}:dead                        stream of dead-lettered events
 type Keys struct {
 	feed string
@@ -171,6 +172,12 @@ func (k Keys) Generations() string { return "escf:" + k.tag + ":generations" }
 // error that said so. A pool refuses to run a group listed here; consume
 // --bootstrap removes the group's field once it re-initialized it.
 func (k Keys) Lost() string { return "escf:" + k.tag + ":lost" }
+
+// Applied is the hash of the applied positions consumer groups' sinks
+// recorded in stores of their own (Positions): group -> Lead, written
+// after the sink's own write. A sink's store that holds less lost writes
+// (Pool hands the entries on again).
+func (k Keys) Applied() string { return "escf:" + k.tag + ":applied" }
 
 // Fence is the prefix of a named fence's hashes (idempotency.Config.Prefix):
 // "<Fence(name)>:<uuid>" holds, per document of an index, the order of the

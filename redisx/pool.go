@@ -82,6 +82,15 @@ type PoolConfig struct {
 	// Metrics registers the pool's collectors (escf_consumer_events_total,
 	// escf_handler_duration_seconds). Default nil: not registered.
 	Metrics prometheus.Registerer
+	// Positions, when set, is where the sink records how far it applied
+	// the stream, in its own store (see Positions): recorded before each
+	// read's entries are handed on, read at the start. It lets the pool
+	// tell a feed's Redis that lost entries the sink applied (the pool
+	// stops with a *StreamRolledBackError) from one that did not, after
+	// any restart, and hand entries on again to a sink whose store lost
+	// writes. Default nil: the pool checks only the entries it handed on
+	// itself since it started.
+	Positions Positions
 }
 
 // Validate names the first bad field.
@@ -206,6 +215,17 @@ type Pool struct {
 	stopReading context.CancelFunc
 
 	outage outage
+
+	// The applied position (see Positions): appliedID is the highest
+	// entry id handed on (or recorded by the sink before the start);
+	// recorded the Lead this pool last recorded in Positions; low the
+	// group's low water at the last checked read. replayFrom..replayTo are
+	// entries to hand on again (the sink's store lost their writes).
+	appliedMu            sync.Mutex
+	appliedID, recorded  string
+	low                  string
+	replayFrom, replayTo string
+	coveredSaid          string // the last Rollback.After logged
 }
 
 // outage tracks whether the pool's Redis calls fail, so that an outage is
@@ -268,6 +288,9 @@ type job struct {
 	ev         Event
 	bad        error // the entry could not be decoded
 	deliveries int64 // Redis's delivery count when handed to the lane
+	// again: handed on again for a sink whose store lost its writes (not
+	// necessarily pending: retries are counted here, not claimed).
+	again bool
 }
 
 // NewPool returns a pool.
@@ -325,6 +348,12 @@ func (p *Pool) Run(ctx context.Context, h Handler) error {
 		return err
 	}
 	if err := p.checkHistory(ctx); err != nil {
+		if ctx.Err() != nil && !errors.Is(err, ErrHistoryLost) {
+			return nil
+		}
+		return err
+	}
+	if err := p.startApplied(ctx); err != nil {
 		if ctx.Err() != nil && !errors.Is(err, ErrHistoryLost) {
 			return nil
 		}
@@ -534,6 +563,22 @@ func (p *Pool) readLoop(ctx context.Context) {
 		if own != "" {
 			start = own
 		}
+		if from, to := p.replaying(); own == "" && from != "" {
+			if err := p.replay(ctx, from, to, n); err != nil {
+				p.giveSlots(n)
+				if errors.Is(err, ErrHistoryLost) {
+					p.historyLost(err)
+					return
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				d := bo.Next()
+				p.redisFailed(time.Now(), "reading entries to hand on again failed; retrying", err, logkey.RetryIn, d.String())
+				sleepCtx(ctx, d)
+			}
+			continue
+		}
 		began := time.Now()
 		var res []redis.XStream
 		var err error
@@ -579,6 +624,10 @@ func (p *Pool) readLoop(ctx context.Context) {
 		}
 		bo.Reset()
 		msgs := res[0].Messages
+		if !p.advance(ctx, msgs) {
+			p.giveSlots(n) // read, not handed on: pending, delivered again
+			return
+		}
 		p.giveSlots(n - len(msgs))
 		if ctx.Err() != nil && len(msgs) > 0 {
 			// Stopping: the read in flight returned these; they are
@@ -628,10 +677,22 @@ func (p *Pool) readChecked(ctx context.Context, n int) ([]redis.XStream, string,
 	stream := p.cfg.Keys.Events()
 	var infoS *redis.XInfoStreamCmd
 	var infoG *redis.XInfoGroupsCmd
+	var pend *redis.XPendingCmd
 	var read *redis.XStreamSliceCmd
+	var chk appliedCheck
+	applied, recorded := p.appliedState()
 	_, err := p.cfg.Client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		infoS = pipe.XInfoStream(ctx, stream)
 		infoG = pipe.XInfoGroups(ctx, stream)
+		pend = pipe.XPending(ctx, stream, p.cfg.Group)
+		if applied != "" {
+			chk.queue(ctx, pipe, p.cfg.Keys, applied)
+		}
+		if recorded != "" {
+			// After the sink's own record: a sink's store holding less
+			// lost writes (startApplied).
+			maxIDScript.Eval(ctx, pipe, []string{p.cfg.Keys.Applied()}, p.cfg.Group, recorded)
+		}
 		read = pipe.XReadGroup(ctx, &redis.XReadGroupArgs{Group: p.cfg.Group, Consumer: p.cfg.Consumer,
 			Streams: []string{stream, ">"}, Count: int64(n), Block: -1})
 		return nil
@@ -650,6 +711,12 @@ func (p *Pool) readChecked(ctx context.Context, n int) ([]redis.XStream, string,
 			p.gone.Add(max(gs.LostUnread, 1))
 			return nil, last, &HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: stream, State: st, Group: gs}
 		}
+		covered, err := chk.verdict(p.cfg.Keys, p.cfg.Group, st, last, applied)
+		if err != nil {
+			p.gone.Add(1)
+			return nil, last, err
+		}
+		p.appliedChecked(covered, applied, lowWater(last, pend.Val()))
 	}
 	res, err := read.Result()
 	if errors.Is(err, redis.Nil) {
@@ -767,6 +834,12 @@ func (p *Pool) deliveryCounts(ctx context.Context, msgs []redis.XMessage) map[st
 // barriers: everything before them is done first, they run alone, and
 // nothing after them starts before they are done.
 func (p *Pool) dispatch(msgs []redis.XMessage, deliveries map[string]int64) {
+	p.dispatchJobs(msgs, deliveries, false)
+}
+
+// dispatchJobs is dispatch; again marks entries handed on again (see
+// Pool.replay): not held, not acknowledged.
+func (p *Pool) dispatchJobs(msgs []redis.XMessage, deliveries map[string]int64, again bool) {
 	p.dispatchMu.Lock()
 	defer p.dispatchMu.Unlock()
 	perLane := make([][]*job, len(p.lanes))
@@ -780,9 +853,11 @@ func (p *Pool) dispatch(msgs []redis.XMessage, deliveries map[string]int64) {
 	}
 	for _, m := range msgs {
 		p.read.Add(1)
-		p.held.Store(m.ID, struct{}{})
+		if !again {
+			p.held.Store(m.ID, struct{}{})
+		}
 		p.busy.add()
-		j := &job{msg: m, deliveries: 1}
+		j := &job{msg: m, deliveries: 1, again: again}
 		if deliveries != nil {
 			j.deliveries = deliveries[m.ID]
 		}
@@ -858,7 +933,7 @@ func (p *Pool) lane(ctx, hctx context.Context, ch chan []*job) {
 				p.held.Delete(j.msg.ID) // not started: stays pending for a later start
 				continue
 			}
-			if p.handle(ctx, hctx, j) {
+			if p.handle(ctx, hctx, j) && !j.again {
 				acked = append(acked, j.msg.ID)
 			}
 		}
@@ -899,6 +974,10 @@ func (p *Pool) handle(ctx, hctx context.Context, j *job) bool {
 			p.held.Delete(j.msg.ID) // retried by the next start or another consumer
 			return false
 		case <-time.After(pause.Next()):
+		}
+		if j.again {
+			j.deliveries++
+			continue
 		}
 		began := time.Now()
 		claimed, cerr := p.cfg.Client.XClaim(hctx, &redis.XClaimArgs{Stream: p.cfg.Keys.Events(), Group: p.cfg.Group,
@@ -1076,6 +1155,10 @@ func (p *Pool) reclaimPass(ctx context.Context) {
 		p.redisOK(began)
 		p.giveSlots(n - len(msgs))
 		if len(msgs) > 0 {
+			if !p.advance(ctx, msgs) {
+				p.giveSlots(len(msgs)) // claimed, not handed on: reclaimed again later
+				return
+			}
 			p.reclaimed.Add(int64(len(msgs)))
 			p.dispatch(msgs, p.deliveryCounts(ctx, msgs))
 		}
