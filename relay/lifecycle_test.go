@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -437,6 +438,13 @@ func TestRelay_Start_RepairsLostCommits(t *testing.T) {
 			}
 			if r.lost.Commits != 0 {
 				t.Errorf("the relay still remembers %d lost commits", r.lost.Commits)
+			}
+			// Consumers that applied the lost entries find the repair
+			// recorded: it covers them (the stream was emptied: any id).
+			v, _ := e.rdb.HGet(ctx, e.keys.Meta(), redisx.RollbacksField).Result()
+			rbs, err := redisx.ParseRollbacks(v)
+			if err != nil || len(rbs) != 1 || rbs[0].Commits != 2 || !rbs[0].Covers(strconv.FormatInt(time.Now().Add(-time.Second).UnixMilli(), 10)+"-0") {
+				t.Errorf("meta %s = %q (%v): want one record of 2 lost commits covering the last second", redisx.RollbacksField, v, err)
 			}
 		})
 	}

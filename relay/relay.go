@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -591,6 +592,15 @@ func (r *Relay) repair(ctx context.Context) error {
 		b.Gaps[id] = 1
 		docs += len(d)
 	}
+	// Say which entries the repair covers, for consumers that applied
+	// some of them (redisx.Rollback): those after the stream's last id now,
+	// before this moment. Nothing was added since Redis came back: this is
+	// the relay's first commit on the older state.
+	rec, err := r.rollbackRecord(ctx, lost.Commits)
+	if err != nil {
+		return err
+	}
+	b.Meta = map[string]string{redisx.RollbacksField: rec}
 	if err := r.commit(ctx, b); err != nil {
 		return err
 	}
@@ -599,6 +609,26 @@ func (r *Relay) repair(ctx context.Context) error {
 	r.lost = checkpoint.RolledBack{}
 	r.mu.Unlock()
 	return nil
+}
+
+// rollbackRecord is the meta field redisx.RollbacksField with a record of
+// the loss being repaired added.
+func (r *Relay) rollbackRecord(ctx context.Context, commits int64) (string, error) {
+	client, keys := r.cfg.Store.Client(), r.cfg.Store.Keys()
+	st, err := redisx.ReadStream(ctx, client, keys.Events())
+	if err != nil {
+		return "", err
+	}
+	now, err := client.Time(ctx).Result()
+	if err != nil {
+		return "", fmt.Errorf("read Redis's clock: %w", err)
+	}
+	meta, err := r.cfg.Store.Meta(ctx)
+	if err != nil {
+		return "", err
+	}
+	return redisx.AppendRollback(meta[redisx.RollbacksField], redisx.Rollback{After: st.LastID,
+		Before: strconv.FormatInt(now.UnixMilli(), 10) + "-0", Commits: commits, At: now.UTC()})
 }
 
 // commit writes a batch. Once started, a commit is not abandoned because
