@@ -125,7 +125,7 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 	pools, err := partitionPools(redisx.PoolConfig{Client: rdb, Keys: keys, Group: group, Consumer: consumer,
 		Workers: cmd.Int("workers"), Start: cmd.String("start"), Prefetch: cmd.Int("prefetch"),
 		MinIdle: cmd.Duration("min-idle"), MaxDeliveries: int64(cmd.Int("max-deliveries")),
-		ShutdownTimeout: cmd.Duration("shutdown-timeout"), Logger: log, Metrics: reg}, feed, partitions)
+		ShutdownTimeout: cmd.Duration("shutdown-timeout"), Logger: log, Metrics: reg, Positions: sinkPositions(s)}, feed, partitions)
 	if err != nil {
 		return usageError{err}
 	}
@@ -259,6 +259,16 @@ func newSink(ctx context.Context, cmd *cli.Command, rdb redis.UniversalClient, k
 	default:
 		return nil, usagef("--sink %q: want stdout, file, http, bulk or redis", name)
 	}
+}
+
+// sinkPositions is the sink's store of applied positions, if it keeps
+// one (redisx.Positions); nil otherwise.
+func sinkPositions(s sink.Sink) redisx.Positions {
+	if c, ok := s.(closingSink); ok {
+		s = c.Sink
+	}
+	p, _ := s.(redisx.Positions)
+	return p
 }
 
 // wrapUsage marks a sink's configuration error as a usage error.

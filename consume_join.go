@@ -74,6 +74,19 @@ func bootstrapGroup(ctx context.Context, cmd *cli.Command, rdb redis.UniversalCl
 		return err
 	}
 	for _, p := range pos {
+		// The sink's recorded position goes to the recorded position
+		// first: one left from before (maybe of entries Redis lost) would
+		// stop the group again. Interrupted here, the group stays refused
+		// and the bootstrap is run again.
+		if ps := sinkPositions(s); ps != nil {
+			lead := p.id
+			if lead == "0-0" {
+				lead = ""
+			}
+			if err := ps.Reset(ctx, p.keys.Events(), group, redisx.Position{Lead: lead, Low: lead}); err != nil {
+				return fmt.Errorf("reset the sink's applied position of %s: %w", p.keys.Events(), err)
+			}
+		}
 		if err := moveGroup(ctx, rdb, p, group); err != nil {
 			return fmt.Errorf("move group %s of %s to %s after the copy: %w", group, p.keys.Events(), p.id, err)
 		}
@@ -128,6 +141,7 @@ func moveGroup(ctx context.Context, rdb redis.UniversalClient, p position, group
 			pipe.XAck(ctx, stream, group, covered[i:min(i+1000, len(covered))]...)
 		}
 		pipe.HDel(ctx, p.keys.Lost(), group)
+		pipe.HDel(ctx, p.keys.Applied(), group) // the copy of the sink's position, reset above
 		pipe.XGroupDestroy(ctx, stream, holdGroup(group))
 		return nil
 	})

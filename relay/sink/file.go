@@ -2,12 +2,14 @@ package sink
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 
 	"github.com/es-changefeed/es-changefeed/redisx"
 )
@@ -30,6 +32,11 @@ type FileConfig struct {
 	// Keep is how many rotated files are kept: Path.1 (the newest) up to
 	// Path.<Keep>; older ones are removed. Default 5 (DefaultFileKeep).
 	Keep int
+	// PositionsPath is the file where the sink records how far it applied
+	// each stream for each group (redisx.Positions), a JSON object
+	// "<stream>|<group>" -> {"lead","low"}, replaced atomically (written
+	// aside, fsynced, renamed). Default Path + ".applied".
+	PositionsPath string
 }
 
 // Validate names the first bad field.
@@ -59,6 +66,9 @@ type File struct {
 	f        *os.File
 	size     int64
 	syncFile func(*os.File) error // (*os.File).Sync; tests count calls
+
+	posMu sync.Mutex
+	pos   map[string]redisx.Position // PositionsPath as last read or written; nil: not read yet
 }
 
 // NewFile opens (or creates) the file and starts the writer goroutine.
@@ -71,6 +81,9 @@ func NewFile(cfg FileConfig) (*File, error) {
 	}
 	if cfg.Keep == 0 {
 		cfg.Keep = DefaultFileKeep
+	}
+	if cfg.PositionsPath == "" {
+		cfg.PositionsPath = cfg.Path + ".applied"
 	}
 	s := &File{cfg: cfg, syncFile: (*os.File).Sync}
 	if err := s.open(); err != nil {
@@ -194,6 +207,119 @@ func (s *File) rotate() error {
 		if err != nil {
 			return fmt.Errorf("file sink: fsync directory of %s: %w", p, err)
 		}
+	}
+	return nil
+}
+
+var _ redisx.Positions = (*File)(nil)
+
+// Applied returns the position recorded for (stream, group) in
+// PositionsPath (redisx.Positions).
+func (s *File) Applied(_ context.Context, stream, group string) (redisx.Position, error) {
+	s.posMu.Lock()
+	defer s.posMu.Unlock()
+	if err := s.loadPositions(); err != nil {
+		return redisx.Position{}, err
+	}
+	return s.pos[stream+"|"+group], nil
+}
+
+// Advance raises the recorded position and replaces PositionsPath before
+// it returns (redisx.Positions).
+func (s *File) Advance(_ context.Context, stream, group string, p redisx.Position, since string) error {
+	s.posMu.Lock()
+	defer s.posMu.Unlock()
+	if err := s.loadPositions(); err != nil {
+		return err
+	}
+	k := stream + "|" + group
+	cur := s.pos[k]
+	next := redisx.Position{Lead: redisx.MaxID(cur.Lead, p.Lead), Low: redisx.MaxID(cur.Low, p.Low)}
+	if next != cur {
+		s.pos[k] = next
+		if err := s.savePositions(); err != nil {
+			s.pos[k] = cur
+			return err
+		}
+	}
+	if since != "" && redisx.LessID(cur.Lead, since) {
+		return &redisx.BehindError{Store: s.cfg.PositionsPath, Recorded: cur, Since: since}
+	}
+	return nil
+}
+
+// Reset sets the recorded position (redisx.Positions).
+func (s *File) Reset(_ context.Context, stream, group string, p redisx.Position) error {
+	s.posMu.Lock()
+	defer s.posMu.Unlock()
+	if err := s.loadPositions(); err != nil {
+		return err
+	}
+	k := stream + "|" + group
+	cur, had := s.pos[k]
+	s.pos[k] = p
+	if err := s.savePositions(); err != nil {
+		if had {
+			s.pos[k] = cur
+		} else {
+			delete(s.pos, k)
+		}
+		return err
+	}
+	return nil
+}
+
+// loadPositions reads PositionsPath once (a missing file holds nothing).
+func (s *File) loadPositions() error {
+	if s.pos != nil {
+		return nil
+	}
+	b, err := os.ReadFile(s.cfg.PositionsPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		s.pos = map[string]redisx.Position{}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("file sink: read the applied positions: %w", err)
+	}
+	pos := map[string]redisx.Position{}
+	if err := json.Unmarshal(b, &pos); err != nil {
+		return fmt.Errorf("file sink: %s is not a JSON object of applied positions (%v): move it away to start over", s.cfg.PositionsPath, err)
+	}
+	s.pos = pos
+	return nil
+}
+
+// savePositions replaces PositionsPath: written aside, fsynced, renamed,
+// the directory fsynced.
+func (s *File) savePositions() error {
+	b, err := json.Marshal(s.pos)
+	if err != nil {
+		return err
+	}
+	tmp := s.cfg.PositionsPath + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("file sink: record the applied positions: %w", err)
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = s.syncFile(f)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, s.cfg.PositionsPath)
+	}
+	if err == nil {
+		if d, derr := os.Open(filepath.Dir(s.cfg.PositionsPath)); derr == nil {
+			err = d.Sync()
+			d.Close()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("file sink: record the applied positions in %s: %w", s.cfg.PositionsPath, err)
 	}
 	return nil
 }

@@ -76,6 +76,11 @@ type RedisConfig struct {
 	// after its index_deleted event (idempotency.Config.EndGrace). Default
 	// idempotency.DefaultEndGrace (1h).
 	FenceEndGrace time.Duration
+	// PositionsKey is the hash, in the cache's Redis, where the sink
+	// records how far it applied each stream for each group
+	// (redisx.Positions): field "<stream>|<group>", value "<lead> <low>".
+	// Default "escf:{cache}:applied:<Name>".
+	PositionsKey string
 }
 
 // Validate names the first bad field.
@@ -121,6 +126,9 @@ func (c RedisConfig) resolve() (RedisConfig, KeyTemplate, error) {
 	}
 	if c.FenceKey == "" {
 		c.FenceKey = "escf:{cache}:fence:" + c.Name
+	}
+	if c.PositionsKey == "" {
+		c.PositionsKey = "escf:{cache}:applied:" + c.Name
 	}
 	if c.FenceEndGrace < 0 {
 		return c, tpl, fmt.Errorf("redis sink config: FenceEndGrace = %s: want more than 0 (0: %s)", c.FenceEndGrace, idempotency.DefaultEndGrace)
@@ -237,6 +245,61 @@ func (s *Redis) Handler() redisx.Handler {
 		return nil
 	}
 }
+
+var _ redisx.Positions = (*Redis)(nil)
+
+// Applied returns the position recorded for (stream, group) in
+// PositionsKey: with the cache's data, it goes back when the cache's Redis
+// does (redisx.Positions).
+func (s *Redis) Applied(ctx context.Context, stream, group string) (redisx.Position, error) {
+	v, err := s.client.HGet(ctx, s.cfg.PositionsKey, stream+"|"+group).Result()
+	if errors.Is(err, redis.Nil) {
+		return redisx.Position{}, nil
+	}
+	if err != nil {
+		return redisx.Position{}, fmt.Errorf("redis sink: read the applied position from %s: %w", s.cfg.PositionsKey, err)
+	}
+	lead, low, _ := strings.Cut(v, " ")
+	return redisx.Position{Lead: lead, Low: low}, nil
+}
+
+// Advance raises the recorded position (redisx.Positions).
+func (s *Redis) Advance(ctx context.Context, stream, group string, p redisx.Position, since string) error {
+	v, err := advancePositionScript.Run(ctx, s.client, []string{s.cfg.PositionsKey}, stream+"|"+group, p.Lead, p.Low, since).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("redis sink: record the applied position in %s: %w", s.cfg.PositionsKey, err)
+	}
+	held, _ := v.(string)
+	lead, low, _ := strings.Cut(held, " ")
+	return &redisx.BehindError{Store: "the cache's Redis (" + s.cfg.PositionsKey + ")", Recorded: redisx.Position{Lead: lead, Low: low}, Since: since}
+}
+
+// Reset sets the recorded position (redisx.Positions).
+func (s *Redis) Reset(ctx context.Context, stream, group string, p redisx.Position) error {
+	if err := s.client.HSet(ctx, s.cfg.PositionsKey, stream+"|"+group, p.Lead+" "+p.Low).Err(); err != nil {
+		return fmt.Errorf("redis sink: reset the applied position in %s: %w", s.cfg.PositionsKey, err)
+	}
+	return nil
+}
+
+// advancePositionScript raises field ARGV[1] of hash KEYS[1] ("<lead>
+// <low>") to lead ARGV[2] and low ARGV[3]. If ARGV[4] is not "" and the
+// lead held was below it, it returns what was held (the store lost
+// writes); nil otherwise.
+var advancePositionScript = redis.NewScript(redisx.LuaLessID + `
+local v = redis.call('HGET', KEYS[1], ARGV[1]) or ''
+local lead, low = string.match(v, '^(%S*) ?(%S*)$')
+lead = lead or ''
+low = low or ''
+local nl, nw = lead, low
+if less(lead, ARGV[2]) then nl = ARGV[2] end
+if less(low, ARGV[3]) then nw = ARGV[3] end
+redis.call('HSET', KEYS[1], ARGV[1], nl .. ' ' .. nw)
+if ARGV[4] ~= '' and less(lead, ARGV[4]) then return v end
+return false`)
 
 // Close waits for handlers in flight, then closes the client if the sink
 // opened it (from URL). Later handler calls return ErrClosed.
