@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -109,4 +111,51 @@ func TestConsume_UnknownFeed(t *testing.T) {
 			t.Fatalf("the consumer that waited for the feed wrote %d events, want 10:\n%s", got, p.out)
 		}
 	})
+}
+
+// TestStatus_UnknownFeed (issue 23): status of a feed no relay has written
+// to exits 1, as for any unhealthy feed, and its JSON says the feed does
+// not exist and lists the feeds the Redis holds; it writes nothing.
+func TestStatus_UnknownFeed(t *testing.T) {
+	c := esCluster(t, esemu.Config{})
+	ix := c.Index("listed")
+	createIndex(t, c, ix, 1, 0)
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	mustDo(t, "PUT", c.URL()+"/"+ix+"/_doc/1", `{"n":1}`)
+	f := startRelay(t, c, srv.URL(), "orders", []string{ix}, nil)
+	waitCaughtUp(t, c, f.store, []string{ix}, 30*time.Second) // a commit: the feed exists
+	f.halt()
+	before := rdb.Keys(ctx, "*").Val()
+	slices.Sort(before)
+	for _, extra := range [][]string{nil, {"--partitions", "3"}} {
+		t.Run(fmt.Sprint("status", extra), func(t *testing.T) {
+			code, out := runBinary(t, 30*time.Second, append([]string{"status", "--redis", srv.URL(), "--feed", "ordres", "--json"}, extra...)...)
+			if code != 1 {
+				t.Fatalf("exit %d, want 1:\n%s", code, out)
+			}
+			var rep struct {
+				Exists, Healthy *bool
+				Feeds           []string
+				FeedsComplete   bool `json:"feeds_complete"`
+			}
+			if err := json.Unmarshal([]byte(out[:strings.LastIndex(out, "}")+1]), &rep); err != nil {
+				t.Fatalf("status --json: %v:\n%s", err, out)
+			}
+			if rep.Exists == nil || *rep.Exists || rep.Healthy == nil || *rep.Healthy || !slices.Equal(rep.Feeds, []string{"orders"}) || !rep.FeedsComplete {
+				t.Fatalf("status --json of a feed that does not exist:\n%s\nwant exists and healthy false, feeds [orders], complete", out)
+			}
+		})
+	}
+	code, out := runBinary(t, 30*time.Second, "status", "--redis", srv.URL(), "--feed", "ordres")
+	if code != 1 {
+		t.Fatalf("status (text) exit %d, want 1:\n%s", code, out)
+	}
+	after := rdb.Keys(ctx, "*").Val()
+	slices.Sort(after)
+	if !slices.Equal(before, after) {
+		t.Fatalf("status of a feed that does not exist changed the keyspace:\nbefore %v\nafter  %v", before, after)
+	}
+	t.Logf("status:\n%s", out)
 }
