@@ -28,6 +28,7 @@ func consumeCommand() *cli.Command {
 			&cli.StringFlag{Name: "consumer", Usage: "this consumer's name in the group (default <host>-<pid>)", Sources: cli.EnvVars("ESCF_CONSUMER")},
 			&cli.IntFlag{Name: "workers", Value: redisx.DefaultWorkers, Usage: "lanes: events of one document always go to the same lane", Sources: cli.EnvVars("ESCF_WORKERS")},
 			partitionsFlag(readPartitionsUsage),
+			waitForFeedFlag(),
 			&cli.StringFlag{Name: "start", Value: redisx.DefaultStart, Usage: "where a new group starts: 0 (the whole stream; refused once the stream was trimmed: use --bootstrap) or $ (new events only)", Sources: cli.EnvVars("ESCF_START")},
 			&cli.BoolFlag{Name: "bootstrap", Usage: "join the feed with no gap however much was trimmed, or re-initialize a group that lost history: copy the cluster's current documents (--es) through the sink, then follow the stream from where it was when the copy began", Sources: cli.EnvVars("ESCF_BOOTSTRAP")},
 			&cli.BoolFlag{Name: "bootstrap-only", Usage: "with --bootstrap: exit 0 once the copy is done and the group positioned (its events are then for workers of your own)", Sources: cli.EnvVars("ESCF_BOOTSTRAP_ONLY")},
@@ -71,6 +72,15 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 	if err := checkSinkFlags(cmd); err != nil {
 		return err
 	}
+	if err := checkPartitionsFlag(cmd); err != nil {
+		return err
+	}
+	if err := checkWaitForFeed(cmd); err != nil {
+		return err
+	}
+	if err := needs(cmd, "bootstrap", "bootstrap-only"); err != nil {
+		return err
+	}
 	rcfg, err := redisConfig(cmd, "redis")
 	if err != nil {
 		return err
@@ -92,22 +102,42 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 		return err
 	}
 	defer rdb.Close()
-	partitions, err := resolvePartitions(pctx, cmd, rdb, feed, log)
-	if err != nil {
-		return err
-	}
 	// keys are the feed-level keys: with partitions > 1 the bulk sink reads
 	// the feed-level generations hash every partition's relay writes to.
 	s, err := newSink(pctx, cmd, rdb, keys, log)
 	if err != nil {
 		return err
 	}
-	if err := needs(cmd, "bootstrap", "bootstrap-only"); err != nil {
+	closeSink := func() { _ = s.Close(context.WithoutCancel(ctx)) }
+	// The feed must exist before anything reads its partition count or
+	// creates a group (and with it the stream): after a wait, the count
+	// the relay recorded at its start is there to read.
+	wait := cmd.Duration("wait-for-feed")
+	lookIn := 1
+	if cmd.IsSet("partitions") {
+		lookIn = cmd.Int("partitions")
+	}
+	if err := waitForFeed(ctx, rdb, feed, lookIn, wait, feedPoll, log); err != nil {
+		closeSink()
+		var nf *redisx.FeedNotFoundError
+		switch {
+		case errors.As(err, &nf):
+			return advise(err, nf, explainNoFeed(nf, rcfg.Redacted(), wait, cmd.Bool("bootstrap")))
+		case ctx.Err() != nil:
+			return nil // stopped while waiting: nothing was read
+		}
+		return explainRedis(err, "redis", rcfg)
+	}
+	pctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	partitions, err := resolvePartitions(pctx, cmd, rdb, feed, log)
+	if err != nil {
+		closeSink()
 		return err
 	}
 	if cmd.Bool("bootstrap") {
 		if err := bootstrapGroup(ctx, cmd, rdb, feed, group, partitions, s, log); err != nil {
-			_ = s.Close(context.WithoutCancel(ctx))
+			closeSink()
 			return err
 		}
 		if cmd.Bool("bootstrap-only") {

@@ -75,6 +75,23 @@ func statusAction(ctx context.Context, cmd *cli.Command) error {
 			return usagef("--%s needs --es: add --es <cluster URL>, or drop --%s", f, f)
 		}
 	}
+	// A feed no relay has written to is reported as such, with the feeds
+	// the Redis does hold, before anything else is read of it.
+	lookIn := 1
+	if cmd.IsSet("partitions") {
+		lookIn = cmd.Int("partitions")
+	}
+	if _, err := redisx.FindFeed(ctx, rdb, feed, lookIn); err != nil {
+		var nf *redisx.FeedNotFoundError
+		if !errors.As(err, &nf) {
+			return explainRedis(err, "redis", rcfg)
+		}
+		rep := status.GatherAbsent(ctx, rdb, feed, explainNoFeed(nf, rcfg.Redacted(), -1, false))
+		if err := printReport(cmd, rep, rep.Healthy, len(rep.Problems)); !errors.Is(err, errUnhealthy) {
+			return err
+		}
+		return fmt.Errorf("%w: feed %s does not exist in %s", errUnhealthy, feed, rcfg.Redacted())
+	}
 	// The partition record is read with HGETALL, which status's ACL has.
 	meta, err := rdb.HGetAll(ctx, keys.Meta()).Result()
 	if err != nil {

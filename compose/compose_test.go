@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -76,7 +77,8 @@ func TestFiles_Config(t *testing.T) {
 
 // TestFiles_Services: every cluster file runs the relay and a consumer
 // from the root Dockerfile next to the cluster and Redis (the services the
-// monitoring overlay's Prometheus scrapes).
+// monitoring overlay's Prometheus scrapes), the consumer with
+// --wait-for-feed.
 func TestFiles_Services(t *testing.T) {
 	dc := tool(t, "docker-compose")
 	for _, f := range composeFiles(t) {
@@ -107,6 +109,11 @@ func TestFiles_Services(t *testing.T) {
 				}
 				if len(s.Command) == 0 || s.Command[0] != sub || !strings.Contains(strings.Join(s.Command, " "), "--metrics-addr 0.0.0.0:9464") {
 					t.Errorf("%s: service %s runs %q, want es-changefeed %s ... --metrics-addr 0.0.0.0:9464", f, name, s.Command, sub)
+				}
+				// The consumer starts beside the relay: without a wait it
+				// would exit 1 when it looks before the relay wrote the feed.
+				if sub == "consume" && !slices.Contains(s.Command, "--wait-for-feed") {
+					t.Errorf("%s: service %s runs %q, without --wait-for-feed", f, name, s.Command)
 				}
 			}
 			if _, ok := cfg.Services["redis"]; !ok {

@@ -293,7 +293,7 @@ func serveAndScrape(t *testing.T, want map[string]bool) map[string]bool {
 		"--poll-interval", "20ms", "--lease-ttl", "1s", "--deletes", "--delete-scan-interval", "50ms", "--trim",
 		"--metrics-addr", relayAddr)
 	consumer := startProc(t, bin, "consume", "--redis", srv.URL(), "--feed", "mon", "--group", "printer", "--consumer", "c1",
-		"--sink", "file", "--file-path", filepath.Join(t.TempDir(), "events.jsonl"), "--metrics-addr", consumerAddr)
+		"--sink", "file", "--file-path", filepath.Join(t.TempDir(), "events.jsonl"), "--metrics-addr", consumerAddr, "--wait-for-feed", "1m")
 	scrape := func(addr string) (map[string]bool, string) {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {

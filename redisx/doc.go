@@ -5,7 +5,9 @@
 //     MULTI/EXEC over them is legal on Redis Cluster. PartitionKeys names
 //     those of one partition of a feed split in several ({feed:p});
 //     ReadPartitions, CheckPartitions and RecordPartitions read, check and
-//     record the partition count in the feed-level meta hash.
+//     record the partition count in the feed-level meta hash. FindFeed
+//     tells whether a feed exists (a relay wrote its meta hash, its lease
+//     or an entry of its stream) and ListFeeds which feeds a Redis holds.
 //   - Event is one stream entry; its flat fields (Values, ParseEvent) and its
 //     JSON line (MarshalJSON) are a public contract.
 //   - NewClient builds a client from a redis://, rediss:// or Sentinel URL;

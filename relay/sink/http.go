@@ -136,6 +136,10 @@ func (e *HTTPStatusError) Error() string {
 //     pass); for one event: permanent.
 //   - any other status: a redisx.Permanent *HTTPStatusError; the event goes
 //     to the dead-letter stream.
+//
+// So a receiver answers 2xx to what it has nothing to do for, a delete of
+// an id it never saw included: deletes can be redundant (docs/CONSUMING.md,
+// "An HTTP receiver").
 type HTTP struct {
 	cfg     HTTPConfig
 	url     string // redacted, for errors

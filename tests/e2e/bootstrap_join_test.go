@@ -31,7 +31,7 @@ func TestBootstrap_ReinitializesAMirrorThatLostHistory(t *testing.T) {
 	ctx := context.Background()
 	consume := func(extra ...string) *proc {
 		args := append([]string{"consume", "--redis", srv.URL(), "--feed", "reinit", "--group", "mirror",
-			"--sink", "bulk", "--bulk-es", dst.URL(), "--log-level", "warn"}, extra...)
+			"--sink", "bulk", "--bulk-es", dst.URL(), "--log-level", "warn", "--wait-for-feed", "1m"}, extra...)
 		return startBinary(t, args...)
 	}
 	stopWriters := startWriters(t, c, ix, 4, 77, true, true)

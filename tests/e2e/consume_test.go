@@ -21,9 +21,13 @@ import (
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
 
+// consumeArgs are the flags of a bulk mirror's consume. The tests start
+// consumers beside the relay, as deployments do: --wait-for-feed lets one
+// start before the relay has written the feed's meta hash.
 func consumeArgs(redisURL, feed, group, consumer, target string) []string {
 	return []string{"consume", "--redis", redisURL, "--feed", feed, "--group", group, "--consumer", consumer,
-		"--sink", "bulk", "--bulk-es", target, "--workers", "4", "--min-idle", "500ms", "--shutdown-timeout", "5s"}
+		"--sink", "bulk", "--bulk-es", target, "--workers", "4", "--min-idle", "500ms", "--shutdown-timeout", "5s",
+		"--wait-for-feed", "1m"}
 }
 
 // waitGroupDone waits until the group has read everything and nothing is

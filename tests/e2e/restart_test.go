@@ -75,7 +75,7 @@ func TestConsume_RollingRestarts(t *testing.T) {
 	start := func(i, gen int) *proc {
 		return startBinary(t, "consume", "--redis", srv.URL(), "--feed", "rolling", "--group", "g",
 			"--consumer", fmt.Sprintf("c%d-%d", i, gen), "--sink", "http", "--http-url", hs.URL,
-			"--workers", "4", "--log-level", "warn")
+			"--workers", "4", "--log-level", "warn", "--wait-for-feed", "1m")
 	}
 	procs := make([]*proc, consumers)
 	for i := range procs {
