@@ -34,6 +34,7 @@ func consumeCommand() *cli.Command {
 			&cli.BoolFlag{Name: "bootstrap-only", Usage: "with --bootstrap: exit 0 once the copy is done and the group positioned (its events are then for workers of your own)", Sources: cli.EnvVars("ESCF_BOOTSTRAP_ONLY")},
 			&cli.IntFlag{Name: "prefetch", Usage: "most events read and not yet done (default 16 × workers)", Sources: cli.EnvVars("ESCF_PREFETCH")},
 			&cli.DurationFlag{Name: "min-idle", Value: redisx.DefaultMinIdle, Usage: "a dead consumer's pending events are reclaimed after this idle time", Sources: cli.EnvVars("ESCF_MIN_IDLE")},
+			&cli.DurationFlag{Name: "repair-grace", Value: redisx.DefaultRepairGrace, Usage: "how long to wait, once the feed's Redis is found to have lost entries the sink applied, for the relay to record that it repaired the loss, before stopping with history lost", Sources: cli.EnvVars("ESCF_REPAIR_GRACE")},
 			&cli.IntFlag{Name: "max-deliveries", Value: redisx.DefaultMaxDeliveries, Usage: "attempts before an event goes to the dead-letter stream", Sources: cli.EnvVars("ESCF_MAX_DELIVERIES")},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: redisx.DefaultShutdownTimeout, Usage: "time events in flight get to finish after SIGTERM", Sources: cli.EnvVars("ESCF_SHUTDOWN_TIMEOUT")},
 			&cli.StringFlag{Name: "sink", Value: "stdout", Usage: "stdout, file, http, bulk or redis", Sources: cli.EnvVars("ESCF_SINK")},
@@ -155,7 +156,7 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 	pools, err := partitionPools(redisx.PoolConfig{Client: rdb, Keys: keys, Group: group, Consumer: consumer,
 		Workers: cmd.Int("workers"), Start: cmd.String("start"), Prefetch: cmd.Int("prefetch"),
 		MinIdle: cmd.Duration("min-idle"), MaxDeliveries: int64(cmd.Int("max-deliveries")),
-		ShutdownTimeout: cmd.Duration("shutdown-timeout"), Logger: log, Metrics: reg, Positions: sinkPositions(s)}, feed, partitions)
+		ShutdownTimeout: cmd.Duration("shutdown-timeout"), Logger: log, Metrics: reg, Positions: sinkPositions(s), RepairGrace: cmd.Duration("repair-grace")}, feed, partitions)
 	if err != nil {
 		return usageError{err}
 	}

@@ -91,7 +91,18 @@ type PoolConfig struct {
 	// writes. Default nil: the pool checks only the entries it handed on
 	// itself since it started.
 	Positions Positions
+	// RepairGrace is how long the pool waits, having found that the feed's
+	// Redis lost entries it handed on, for the relay to record that it
+	// repaired the loss (a relay that lived through it does so at once; one
+	// started afterwards never does) before it stops with a
+	// *StreamRolledBackError. Default DefaultRepairGrace.
+	RepairGrace time.Duration
 }
+
+// DefaultRepairGrace is PoolConfig.RepairGrace when zero: three times the
+// relay's default lease TTL, time for a relay that lived through a Redis
+// restart to notice it, take its lease again and record the repair.
+const DefaultRepairGrace = 30 * time.Second
 
 // Validate names the first bad field.
 func (c PoolConfig) Validate() error {
@@ -114,7 +125,7 @@ func (c PoolConfig) Validate() error {
 		return fmt.Errorf("pool config: MaxDeliveries = %d: want >= 1", c.MaxDeliveries)
 	case c.DeadConsumerIdle != 0 && c.DeadConsumerIdle < c.MinIdle:
 		return fmt.Errorf("pool config: DeadConsumerIdle = %s: want at least MinIdle (%s)", c.DeadConsumerIdle, c.MinIdle)
-	case c.Block < 0 || c.RetryBackoff < 0 || c.MaxRetryBackoff < 0 || c.ShutdownTimeout < 0:
+	case c.Block < 0 || c.RetryBackoff < 0 || c.MaxRetryBackoff < 0 || c.ShutdownTimeout < 0 || c.RepairGrace < 0:
 		return errors.New("pool config: durations must not be negative")
 	}
 	return nil
@@ -160,6 +171,9 @@ func (c PoolConfig) withDefaults() PoolConfig {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.RepairGrace == 0 {
+		c.RepairGrace = DefaultRepairGrace
 	}
 	return c
 }
@@ -585,6 +599,16 @@ func (p *Pool) readLoop(ctx context.Context) {
 		if own == "" {
 			var last string
 			res, last, err = p.readChecked(ctx, n)
+			var rb *StreamRolledBackError
+			if errors.As(err, &rb) {
+				// Hand on what was read once the relay says it repaired the
+				// loss; otherwise it stays pending.
+				err = p.awaitRepair(ctx, rb)
+				if ctx.Err() != nil {
+					p.giveSlots(n)
+					return
+				}
+			}
 			if err == nil && len(res) == 0 {
 				err = p.waitNew(ctx, last) // then read them, checked
 			}
@@ -711,10 +735,22 @@ func (p *Pool) readChecked(ctx context.Context, n int) ([]redis.XStream, string,
 			p.gone.Add(max(gs.LostUnread, 1))
 			return nil, last, &HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: stream, State: st, Group: gs}
 		}
-		covered, err := chk.verdict(p.cfg.Keys, p.cfg.Group, st, last, applied)
-		if err != nil {
-			p.gone.Add(1)
-			return nil, last, err
+		covered, verr := chk.verdict(p.cfg.Keys, p.cfg.Group, st, last, applied)
+		var rb *StreamRolledBackError
+		if errors.As(verr, &rb) {
+			// The entries read go back to the caller with the error: they
+			// are handed on if the relay records the repair in time.
+			res, rerr := read.Result()
+			if errors.Is(rerr, redis.Nil) {
+				rerr = nil
+			}
+			if rerr != nil {
+				return nil, last, rerr
+			}
+			return res, last, verr
+		}
+		if verr != nil {
+			return nil, last, verr
 		}
 		p.appliedChecked(covered, applied, lowWater(last, pend.Val()))
 	}

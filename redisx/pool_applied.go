@@ -102,9 +102,14 @@ func (p *Pool) startApplied(ctx context.Context) error {
 		}
 	}
 	covered, err := chk.verdict(p.cfg.Keys, group, st, last, rec.Lead)
+	var rb *StreamRolledBackError
+	if errors.As(err, &rb) {
+		err = p.awaitRepair(ctx, rb)
+		if err == nil {
+			covered = nil // said by awaitRepair
+		}
+	}
 	if err != nil {
-		p.gone.Add(1)
-		p.recordLost(err)
 		return err
 	}
 	p.appliedMu.Lock()
@@ -119,6 +124,40 @@ func (p *Pool) startApplied(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// awaitRepair waits, once the stream was found to have lost entry
+// rb.Applied, until the relay records that it repaired the loss (a
+// Rollback record covering it: nil) or RepairGrace passed (rb, recorded as
+// the group's history loss). It returns ctx's error if ctx ends first.
+func (p *Pool) awaitRepair(ctx context.Context, rb *StreamRolledBackError) error {
+	p.log.Warn("the feed's Redis lost entries this group's sink may have applied: waiting for the relay to say it repaired the loss",
+		logkey.ID, rb.Applied, logkey.Timeout, p.cfg.RepairGrace.String())
+	deadline := time.Now().Add(p.cfg.RepairGrace)
+	for {
+		v, err := p.cfg.Client.HGet(ctx, p.cfg.Keys.Meta(), RollbacksField).Result()
+		if err == nil || errors.Is(err, redis.Nil) {
+			rs, perr := ParseRollbacks(v)
+			if perr != nil {
+				return perr
+			}
+			for i := len(rs) - 1; i >= 0; i-- {
+				if rs[i].Covers(rb.Applied) {
+					p.appliedChecked(&rs[i], rb.Applied, "")
+					return nil
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			p.gone.Add(1)
+			p.recordLost(rb)
+			return rb
+		}
+		sleepCtx(ctx, 200*time.Millisecond)
+	}
 }
 
 // replayAfter arranges for the entries a sink's store lost to be handed on

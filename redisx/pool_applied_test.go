@@ -183,7 +183,7 @@ func TestPool_NoticesRedisLostAppliedEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	p, run := startPool(t, redisx.PoolConfig{Client: client, Keys: keys, Group: "g", Block: 100 * time.Millisecond}, rec.handle)
+	p, run := startPool(t, redisx.PoolConfig{Client: client, Keys: keys, Group: "g", Block: 100 * time.Millisecond, RepairGrace: time.Second}, rec.handle)
 	waitFor(t, "3 entries acknowledged", 10*time.Second, func() bool { return p.Stats().Acked == 3 })
 	incr, _ := filepath.Glob(filepath.Join(srv.AOFDir(), "*.incr.aof"))
 	fi, err := os.Stat(incr[0])
@@ -218,7 +218,7 @@ func TestPool_NoticesRedisLostAppliedEntries(t *testing.T) {
 func TestPool_AppliedPosition(t *testing.T) {
 	ctx := context.Background()
 
-	t.Run("an applied entry lost before the start stops the pool at once", func(t *testing.T) {
+	t.Run("an applied entry lost before the start stops the pool once the grace is over", func(t *testing.T) {
 		srv := redistest.Start(t)
 		rdb := srv.Client(t)
 		keys := redisx.NewKeys("lost-before")
@@ -228,7 +228,7 @@ func TestPool_AppliedPosition(t *testing.T) {
 		pos.set(keys.Events(), "g", redisx.Position{Lead: "4000-0", Low: "3000-1"}) // applied, then lost
 		addAt(t, rdb, keys, "9000-0")
 		var rec recorder
-		_, run := startPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Positions: pos}, rec.handle)
+		_, run := startPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Positions: pos, RepairGrace: time.Second}, rec.handle)
 		err := run.wait(t, 10*time.Second)
 		var rb *redisx.StreamRolledBackError
 		if !errors.As(err, &rb) || rb.Applied != "4000-0" {
@@ -259,6 +259,29 @@ func TestPool_AppliedPosition(t *testing.T) {
 		if got := rec.seen(); !slices.Equal(got, []string{"6000-0"}) {
 			t.Errorf("handled %v, want [6000-0]", got)
 		}
+		if v, _ := rdb.HGet(ctx, keys.Lost(), "g").Result(); v != "" {
+			t.Errorf("loss recorded although the relay repaired it: %s", v)
+		}
+	})
+
+	t.Run("a repair the relay records within the grace is waited for", func(t *testing.T) {
+		srv := redistest.Start(t)
+		rdb := srv.Client(t)
+		keys := redisx.NewKeys("repair-later")
+		addAt(t, rdb, keys, "1000-0", "2000-0", "3000-0")
+		consumedAt(t, rdb, keys, "g", "3000-0")
+		pos := &memPositions{pos: map[string]redisx.Position{}}
+		pos.set(keys.Events(), "g", redisx.Position{Lead: "4000-0", Low: "3000-1"})
+		var rec recorder
+		p, _ := startPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Positions: pos, RepairGrace: time.Minute}, rec.handle)
+		time.Sleep(300 * time.Millisecond) // the pool found the loss and waits
+		v, err := redisx.AppendRollback("", redisx.Rollback{After: "3000-0", Before: "5000-0", Commits: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdb.HSet(ctx, keys.Meta(), redisx.RollbacksField, v)
+		addAt(t, rdb, keys, "6000-0")
+		waitFor(t, "6000-0 handled", 10*time.Second, func() bool { return p.Stats().Acked == 1 })
 		if v, _ := rdb.HGet(ctx, keys.Lost(), "g").Result(); v != "" {
 			t.Errorf("loss recorded although the relay repaired it: %s", v)
 		}
