@@ -187,6 +187,7 @@ func runFeed(ctx context.Context, cfg runConfig, log *slog.Logger) (err error) {
 		return err
 	}
 	defer rdb.Close()
+	warnPersistence(pctx, rdb, log)
 	client, err := es.New(cfg.es)
 	if err != nil {
 		return usageError{err}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/sink"
 )
@@ -127,6 +128,23 @@ func connectRedis(ctx context.Context, cfg redisx.ClientConfig, keys redisx.Keys
 		rdb.AddHook(redisx.PermissionHook(onDenied))
 	}
 	return rdb, nil
+}
+
+// warnPersistence says, once at start, what the feed's Redis may lose of
+// what it acknowledged, and what happens then (docs/RELIABILITY.md). A
+// server that refuses CONFIG GET is not asked again (the permission hook
+// lets that refusal pass: setupCommand).
+func warnPersistence(ctx context.Context, rdb redis.UniversalClient, log *slog.Logger) {
+	p, err := redisx.ReadPersistence(ctx, rdb)
+	if err != nil {
+		log.Debug("cannot read Redis's persistence settings (CONFIG GET refused?)", logkey.Error, err.Error())
+		return
+	}
+	if risk := p.Risk(); risk != "" {
+		log.Warn(risk+". The relay repairs the losses it sees; consumers whose sink records its applied position (bulk, redis, file) stop with history lost on the rest and say to run --bootstrap. "+
+			"appendfsync always, or --wait-replicas, makes acknowledged commits durable (docs/RELIABILITY.md)",
+			logkey.AppendOnly, p.AppendOnly, logkey.AppendFsync, p.AppendFsync)
+	}
 }
 
 // explainRedis adds to a Redis error what to do about it, naming the

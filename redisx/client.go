@@ -240,3 +240,45 @@ func askSentinels(ctx context.Context, fo *redis.FailoverOptions) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// Persistence is how a Redis server keeps what it acknowledged, as
+// CONFIG GET reports it.
+type Persistence struct {
+	AppendOnly  bool   // appendonly yes
+	AppendFsync string // always, everysec or no
+	Save        string // the RDB snapshot rule ("" : none)
+}
+
+// ReadPersistence reads the server's persistence settings (CONFIG GET,
+// which managed services and least-privilege users often refuse: the
+// error then says so and nothing else is wrong). On Redis Cluster it asks
+// one node.
+func ReadPersistence(ctx context.Context, rdb redis.UniversalClient) (Persistence, error) {
+	m, err := rdb.ConfigGet(ctx, "appendonly").Result()
+	if err != nil {
+		return Persistence{}, fmt.Errorf("CONFIG GET appendonly: %w", err)
+	}
+	f, err := rdb.ConfigGet(ctx, "appendfsync").Result()
+	if err != nil {
+		return Persistence{}, fmt.Errorf("CONFIG GET appendfsync: %w", err)
+	}
+	s, err := rdb.ConfigGet(ctx, "save").Result()
+	if err != nil {
+		return Persistence{}, fmt.Errorf("CONFIG GET save: %w", err)
+	}
+	return Persistence{AppendOnly: m["appendonly"] == "yes", AppendFsync: f["appendfsync"], Save: s["save"]}, nil
+}
+
+// Risk says what a Redis with these settings may lose of what it
+// acknowledged ("" when nothing short of losing the disk).
+func (p Persistence) Risk() string {
+	switch {
+	case !p.AppendOnly && p.Save == "":
+		return "Redis persists nothing (appendonly no, no save rule): a restart loses the feed's state, and the relay then refuses to go on until `es-changefeed resync`"
+	case !p.AppendOnly:
+		return "Redis persists only RDB snapshots (appendonly no): a restart goes back to the last snapshot, losing every commit since"
+	case p.AppendFsync != "always":
+		return "Redis fsyncs its append-only file once a second (appendfsync " + p.AppendFsync + "): a power failure, or a kill while an fsync is slow, loses up to about 2 s of commits it acknowledged"
+	}
+	return ""
+}

@@ -424,7 +424,7 @@ func (h permHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 // them when refused.
 func setupCommand(cmd redis.Cmder) bool {
 	switch strings.ToLower(cmd.Name()) {
-	case "hello", "client", "auth":
+	case "hello", "client", "auth", "config": // config: ReadPersistence only asks
 		return true
 	}
 	return false

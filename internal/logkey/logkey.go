@@ -6,6 +6,8 @@ const (
 	Acknowledged      = "acknowledged"
 	Addr              = "addr"
 	After             = "after"
+	AppendFsync       = "appendfsync"
+	AppendOnly        = "appendonly"
 	Attempt           = "attempt"
 	Candidates        = "candidates"
 	Checkpoint        = "checkpoint"
