@@ -138,3 +138,110 @@ func globEscape(s string) string {
 	}
 	return b.String()
 }
+
+// HeldDoc is a document whose fence records an upsert as the last event
+// applied: the sink holds (or last wrote) it.
+type HeldDoc struct {
+	Shard int
+	ID    string
+	SeqNo int64 // of the upsert
+}
+
+// Held calls fn with pages of at most pageSize documents whose fences, in
+// index uuid's hashes (and its fields of the legacy hash), record an upsert
+// as the last event applied, and returns how many it listed. Documents
+// whose last event was a delete are left out, as is an index that ended.
+// It reads with HSCAN: documents fenced meanwhile may be listed or not.
+func (f *Fence) Held(ctx context.Context, uuid string, pageSize int, fn func([]HeldDoc) error) (int64, error) {
+	if pageSize <= 0 {
+		pageSize = 1000
+	}
+	var page []HeldDoc
+	var n int64
+	emit := func(field, value string, legacy bool) error {
+		if field == EndedField {
+			return nil
+		}
+		if legacy {
+			rest, ok := strings.CutPrefix(field, uuid+"/")
+			if !ok {
+				return nil
+			}
+			field = rest
+		}
+		shard, id, ok := strings.Cut(field, "/")
+		if !ok {
+			return nil
+		}
+		sh, err := strconv.Atoi(shard)
+		if err != nil {
+			return nil
+		}
+		order, err := strconv.ParseUint(value, 10, 64)
+		if err != nil || order%2 == 1 {
+			return nil // not an order, or a delete
+		}
+		page = append(page, HeldDoc{Shard: sh, ID: id, SeqNo: int64(order / 2)})
+		n++
+		if len(page) >= pageSize {
+			err := fn(page)
+			page = nil
+			return err
+		}
+		return nil
+	}
+	scan := func(key, match string, legacy bool) error {
+		var cursor uint64
+		for {
+			kv, next, err := f.client.HScan(ctx, key, cursor, match, endBatch).Result()
+			if err != nil {
+				return fmt.Errorf("list the fences of index %s in %s: %w", uuid, key, err)
+			}
+			for i := 0; i+1 < len(kv); i += 2 {
+				if err := emit(kv[i], kv[i+1], legacy); err != nil {
+					return err
+				}
+			}
+			if next == 0 {
+				return nil
+			}
+			cursor = next
+		}
+	}
+	keys := f.indexKeys(uuid)
+	for start := 0; start < len(keys); start += endBatch {
+		// Most of an index's slot hashes are empty: ask which exist first.
+		chunk := keys[start:min(start+endBatch, len(keys))]
+		pipe := f.client.Pipeline()
+		exists := make([]*redis.IntCmd, len(chunk))
+		for i, k := range chunk {
+			exists[i] = pipe.Exists(ctx, k)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return n, fmt.Errorf("list the fences of index %s: %w", uuid, err)
+		}
+		for i, k := range chunk {
+			if exists[i].Val() == 0 {
+				continue
+			}
+			if err := scan(k, "", false); err != nil {
+				return n, err
+			}
+		}
+	}
+	legacy := f.legacy
+	if f.single != "" {
+		legacy = f.single
+	}
+	if legacy != "" {
+		if err := scan(legacy, globEscape(uuid)+"/*", true); err != nil {
+			return n, err
+		}
+	}
+	if len(page) > 0 {
+		if err := fn(page); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"strconv"
 	"strings"
@@ -407,6 +408,49 @@ func TestFence_EndIndex_Memory(t *testing.T) {
 		}
 		if lim := int64(margin) + markers*256; ended-base > lim {
 			t.Errorf("after EndIndex used_memory is %d, %d bytes above before (limit %d: margin and markers)", ended, ended-base, lim)
+		}
+	})
+}
+
+// TestFence_Held: Held lists, in every layout, the documents of one index
+// whose last recorded event is an upsert, with its seq no, and no others.
+func TestFence_Held(t *testing.T) {
+	ctx := context.Background()
+	eachLayout(t, func(t *testing.T, l layout) {
+		c := redistest.Start(t).Client(t)
+		f := newFenceOn(t, c, l.cfg(t.Name()))
+		const docs = 250
+		fill(t, f, "held", docs)
+		fill(t, f, "other", 10)
+		want := map[string]int64{}
+		for n := range docs {
+			want[fmt.Sprintf("%d/doc-%d", n%3, n)] = int64(n)
+		}
+		for n := 0; n < docs; n += 5 { // every fifth deleted since
+			del := docUpsert("held", n, int64(n+1))
+			del.Op = redisx.OpDelete
+			if err := f.Record(ctx, del); err != nil {
+				t.Fatal(err)
+			}
+			delete(want, fmt.Sprintf("%d/doc-%d", n%3, n))
+		}
+		got := map[string]int64{}
+		pages := 0
+		n, err := f.Held(ctx, "held", 64, func(page []idempotency.HeldDoc) error {
+			pages++
+			if len(page) > 64 {
+				t.Errorf("a page of %d, want at most 64", len(page))
+			}
+			for _, h := range page {
+				got[fmt.Sprintf("%d/%s", h.Shard, h.ID)] = h.SeqNo
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != int64(len(want)) || !maps.Equal(got, want) {
+			t.Fatalf("Held listed %d documents (%d distinct) in %d pages; want the %d whose last event is an upsert", n, len(got), pages, len(want))
 		}
 	})
 }

@@ -246,7 +246,30 @@ func (s *Redis) Handler() redisx.Handler {
 	}
 }
 
-var _ redisx.Positions = (*Redis)(nil)
+var (
+	_ redisx.Positions = (*Redis)(nil)
+	_ Reconciler       = (*Redis)(nil)
+)
+
+// Reconcilable: the fences say which source index (uuid), shard and id
+// each key came from, whatever the key template (Reconciler).
+func (s *Redis) Reconcilable() error { return nil }
+
+// Held lists the documents whose fence records an upsert of index uuid as
+// the last event the sink applied (Reconciler): in set mode their keys
+// hold that version, in del mode they were invalidated; either way a
+// delete of one the source no longer has removes its key. Documents of an
+// older index of the name (another uuid) are not listed: its end
+// (index_deleted, or the relay's per-document deletes) cleared them.
+func (s *Redis) Held(ctx context.Context, index, uuid string, pageSize int, fn func([]HeldDoc) error) (int64, error) {
+	return s.fence.Held(ctx, uuid, pageSize, func(page []idempotency.HeldDoc) error {
+		out := make([]HeldDoc, len(page))
+		for i, h := range page {
+			out[i] = HeldDoc{ID: h.ID, Shard: h.Shard, SeqNo: h.SeqNo}
+		}
+		return fn(out)
+	})
+}
 
 // Applied returns the position recorded for (stream, group) in
 // PositionsKey: with the cache's data, it goes back when the cache's Redis
