@@ -295,11 +295,17 @@ func newSink(ctx context.Context, cmd *cli.Command, rdb redis.UniversalClient, k
 // sinkPositions is the sink's store of applied positions, if it keeps
 // one (redisx.Positions); nil otherwise.
 func sinkPositions(s sink.Sink) redisx.Positions {
-	if c, ok := s.(closingSink); ok {
-		s = c.Sink
-	}
-	p, _ := s.(redisx.Positions)
+	p, _ := unwrapSink(s).(redisx.Positions)
 	return p
+}
+
+// unwrapSink is the sink itself, without main's closingSink around it
+// (whose methods are only Sink's).
+func unwrapSink(s sink.Sink) sink.Sink {
+	if c, ok := s.(closingSink); ok {
+		return c.Sink
+	}
+	return s
 }
 
 // wrapUsage marks a sink's configuration error as a usage error.

@@ -86,7 +86,7 @@ func prepareBootstrapCopy(ctx context.Context, cmd *cli.Command, feed string, rd
 		return nil, usagef("--bootstrap-workers %d: want at least 1", n)
 	}
 	var rec sink.Reconciler
-	if r, ok := s.(sink.Reconciler); ok && cmd.Bool("bootstrap-reconcile") {
+	if r, ok := unwrapSink(s).(sink.Reconciler); ok && cmd.Bool("bootstrap-reconcile") {
 		if err := r.Reconcilable(); err != nil {
 			return nil, usagef("--bootstrap: %v: pass --bootstrap-reconcile=false to keep what the mirror holds, or use {index} in --bulk-index", err)
 		}
