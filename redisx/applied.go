@@ -90,10 +90,16 @@ const MaxRollbacks = 16
 // since. Entries consumers applied with ids after After and before Before
 // are covered: the stream makes their sinks exact again.
 type Rollback struct {
-	After   string    `json:"after"`
-	Before  string    `json:"before"`
-	Commits int64     `json:"commits"`
-	At      time.Time `json:"at"`
+	After  string `json:"after"`
+	Before string `json:"before"`
+	// Commits is how many of the relay's commits Redis lost; Acknowledged
+	// how many of them it had acknowledged (with --wait-replicas: by the
+	// replicas too); Documents how many documents they delivered, which the
+	// relay recorded again for delete scans.
+	Commits      int64     `json:"commits"`
+	Acknowledged int64     `json:"acknowledged"`
+	Documents    int       `json:"documents"`
+	At           time.Time `json:"at"`
 }
 
 // Covers reports whether a lost entry id is among the repaired ones.

@@ -596,7 +596,7 @@ func (r *Relay) repair(ctx context.Context) error {
 	// some of them (redisx.Rollback): those after the stream's last id now,
 	// before this moment. Nothing was added since Redis came back: this is
 	// the relay's first commit on the older state.
-	rec, err := r.rollbackRecord(ctx, lost.Commits)
+	rec, err := r.rollbackRecord(ctx, redisx.Rollback{Commits: lost.Commits, Acknowledged: lost.Acknowledged, Documents: docs})
 	if err != nil {
 		return err
 	}
@@ -611,9 +611,10 @@ func (r *Relay) repair(ctx context.Context) error {
 	return nil
 }
 
-// rollbackRecord is the meta field redisx.RollbacksField with a record of
-// the loss being repaired added.
-func (r *Relay) rollbackRecord(ctx context.Context, commits int64) (string, error) {
+// rollbackRecord is the meta field redisx.RollbacksField with rec, the
+// loss being repaired, added: its window is the stream's last id now to
+// this moment.
+func (r *Relay) rollbackRecord(ctx context.Context, rec redisx.Rollback) (string, error) {
 	client, keys := r.cfg.Store.Client(), r.cfg.Store.Keys()
 	st, err := redisx.ReadStream(ctx, client, keys.Events())
 	if err != nil {
@@ -627,8 +628,8 @@ func (r *Relay) rollbackRecord(ctx context.Context, commits int64) (string, erro
 	if err != nil {
 		return "", err
 	}
-	return redisx.AppendRollback(meta[redisx.RollbacksField], redisx.Rollback{After: st.LastID,
-		Before: strconv.FormatInt(now.UnixMilli(), 10) + "-0", Commits: commits, At: now.UTC()})
+	rec.After, rec.Before, rec.At = st.LastID, strconv.FormatInt(now.UnixMilli(), 10)+"-0", now.UTC()
+	return redisx.AppendRollback(meta[redisx.RollbacksField], rec)
 }
 
 // commit writes a batch. Once started, a commit is not abandoned because

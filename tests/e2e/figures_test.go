@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -10,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/tests/esemu"
@@ -75,21 +79,62 @@ type auditResult struct {
 	// delivered no upsert of whose deletion the cluster's history holds:
 	// false deletes of a stream that lost none of its entries, the relay's
 	// repair of a stream that did (the document's upsert was in the lost
-	// entries, consumers may have applied it). See acceptRepairs.
+	// entries, consumers may have applied it). See allowRedundant.
 	Repairs int
+	// Redundant counts the Repairs allowRedundant took off Wrong: deletes
+	// after a loss the relay recorded (redisx.Rollback).
+	Redundant int
 	// Unconfirmed counts, on a real cluster, upserts of writes that got no
 	// answer: no acknowledgement confirms them, none contradicts them.
 	Unconfirmed int
 	Problems    []string // the first few, for the failure message
 }
 
-// acceptRepairs takes the Repairs off the Wrong count: for a stream that
-// may have lost entries (Redis failed over to a replica that lacked them),
+// allowRedundant tells false deletes from redundant ones (docs/RELIABILITY.md):
 // a delete of a document the surviving stream holds no upsert of, but that
-// the cluster deleted, is the relay's repair: the upsert was in the lost
-// entries. The audit decides it from the stream and the op histories alone.
-func (a *auditResult) acceptRepairs() {
+// the cluster deleted, is the relay's repair when Redis lost entries and
+// the relay recorded the loss (rollbacks, the meta field
+// redisx.RollbacksField): the upsert may have been in the lost entries,
+// and consumers may have applied it. Such deletes are redundant, not
+// wrong; without a recorded loss they stay false (Wrong).
+func (a *auditResult) allowRedundant(rollbacks []redisx.Rollback) {
+	if len(rollbacks) == 0 {
+		return
+	}
+	a.Redundant = a.Repairs
 	a.Wrong -= a.Repairs
+}
+
+// recordedRollbacks reads the losses the relay recorded in a feed's meta
+// hash.
+func recordedRollbacks(tb testing.TB, rdb redis.UniversalClient, keys redisx.Keys) []redisx.Rollback {
+	tb.Helper()
+	v, err := rdb.HGet(context.Background(), keys.Meta(), redisx.RollbacksField).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		tb.Fatal(err)
+	}
+	rbs, err := redisx.ParseRollbacks(v)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return rbs
+}
+
+// seenLost counts the redundant deletes of documents a reader (the tap)
+// saw an upsert of in entries the final stream no longer holds: the
+// deletes that made a sink that applied them exact again.
+func seenLost(tap *streamTap, final []redisx.Event) map[docKey]bool {
+	kept := map[string]bool{}
+	for _, e := range final {
+		kept[e.StreamID] = true
+	}
+	out := map[docKey]bool{}
+	for _, e := range tap.all() {
+		if !kept[e.StreamID] && e.Op == redisx.OpUpsert {
+			out[docKey{e.IndexUUID, e.Shard, e.ID}] = true
+		}
+	}
+	return out
 }
 
 func (a *auditResult) problem(format string, args ...any) {
@@ -371,9 +416,14 @@ func TestAudit_CatchesWhatItClaims(t *testing.T) {
 			if got != want {
 				t.Errorf("lost, duplicated, wrong, deletes, repairs = %v, want %v\n%s", got, want, strings.Join(a.Problems, "\n"))
 			}
-			a.acceptRepairs()
-			if got, want := a.Wrong, tt.wrong-tt.repairs; got != want {
-				t.Errorf("wrong after acceptRepairs = %d, want %d", got, want)
+			without := a
+			without.allowRedundant(nil)
+			if without.Wrong != tt.wrong || without.Redundant != 0 {
+				t.Errorf("with no loss recorded: wrong %d, redundant %d; want %d, 0", without.Wrong, without.Redundant, tt.wrong)
+			}
+			a.allowRedundant([]redisx.Rollback{{After: "0-0", Before: "1-0", Commits: 1}})
+			if got, want := a.Wrong, tt.wrong-tt.repairs; got != want || a.Redundant != tt.repairs {
+				t.Errorf("with a loss recorded: wrong %d, redundant %d; want %d, %d", got, a.Redundant, want, tt.repairs)
 			}
 		})
 	}
