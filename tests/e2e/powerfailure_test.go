@@ -597,3 +597,76 @@ func (w *pfWriter) deleteSeen(tb testing.TB, evs []redisx.Event) int {
 	}
 	return n
 }
+
+// TestPowerFailure_CacheRedisGoesBack: the Redis cache sink's own Redis
+// (appendfsync everysec, fsyncs slowed) is SIGKILLed with applied writes
+// not yet in its AOF, alone and then together with the consumer: it comes
+// back without writes the group had acknowledged. The consumer notices —
+// the position the cache records goes back with it, below what the feed's
+// Redis says it recorded — and hands the entries from the cache's low
+// water on again: the cache equals the source, nothing to run.
+func TestPowerFailure_CacheRedisGoesBack(t *testing.T) {
+	t.Parallel()
+	binary(t)
+	for _, withConsumer := range []bool{false, true} {
+		name := "cache Redis alone"
+		if withConsumer {
+			name = "cache Redis and consumer"
+		}
+		t.Run(name, func(t *testing.T) {
+			r := &pfRig{sink: "redis"}
+			r.src = esCluster(t, esemu.Config{Nodes: 1})
+			r.index = r.src.Index(fmt.Sprintf("cache-back-%v", withConsumer))
+			createIndex(t, r.src, r.index, 3, 0)
+			r.srv = redistest.Start(t, redistest.Options{Args: []string{"--appendonly", "yes", "--appendfsync", "always"}})
+			r.rdb = r.srv.Client(t)
+			r.feed = fmt.Sprintf("cache-back-%v", withConsumer)
+			r.keys = redisx.NewKeys(r.feed)
+			r.store = storeFor(t, r.srv, r.feed)
+			r.cache = redistest.Start(t, redistest.Options{SlowFsync: time.Second,
+				Args: []string{"--appendonly", "yes", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0"}})
+			r.writer = &pfWriter{url: r.src.URL(), index: r.index, rng: rand.New(rand.NewPCG(7, 23))}
+			stopWriter := r.writer.start(t)
+			defer stopWriter()
+			r.relay = startBinary(t, r.relayArgs()...)
+			r.cons = startBinary(t, r.consumeArgs(false)...)
+			waitEntries(t, r.rdb, r.keys.Events(), 300, 60*time.Second)
+			time.Sleep(3 * time.Second) // the cache's Redis writes its AOF at least once
+			cacheClient := r.cache.Client(t)
+			ctx := context.Background()
+			var before int64
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+				info, err := cacheClient.Info(ctx, "persistence").Result()
+				if err == nil && infoInt(info, "aof_buffer_length") > 0 {
+					before = infoInt(info, "aof_buffer_length")
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the cache's Redis never held unwritten AOF data within 30s")
+				}
+			}
+			if withConsumer {
+				r.cons.kill()
+			}
+			r.cache.Stop()
+			r.cache.StartAgain()
+			if withConsumer {
+				r.cons = startBinary(t, r.consumeArgs(false)...)
+			}
+			time.Sleep(time.Second)
+			stopWriter()
+			waitCaughtUp(t, r.src, r.store, []string{r.index}, 60*time.Second)
+			waitGroupDone(t, r.rdb, r.keys.Events(), rigGroup, 60*time.Second)
+			if d := r.waitEqual(t, 30*time.Second); d != "" {
+				t.Fatalf("the cache differs from the source after its Redis went back:\n%s\nconsumer:\n%s", d, r.cons.out.String())
+			}
+			if !binaryRunning(r.cons) {
+				t.Fatalf("the consumer exited:\n%s", r.cons.out.String())
+			}
+			_, docs := r.diff(t)
+			record(t, figure{Scenario: "the Redis cache's own Redis SIGKILLed with applied writes not in its AOF (everysec, slow fsyncs), " + name,
+				Faults: 1, Docs: docs,
+				Note: fmt.Sprintf("%d bytes of applied writes not written when killed; the consumer handed the entries from the cache's low water on again; the cache equals the source", before)})
+		})
+	}
+}
