@@ -97,8 +97,9 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 		return err
 	}
 	// keys are the feed-level keys: with partitions > 1 the bulk sink reads
-	// the feed-level generations hash every partition's relay writes to.
-	s, err := newSink(pctx, cmd, rdb, keys, log)
+	// the feed-level generations hash every partition's relay writes to,
+	// and each index's layout from its partition's indices hash.
+	s, err := newSink(pctx, cmd, rdb, keys, partitions, log)
 	if err != nil {
 		return err
 	}
@@ -184,7 +185,7 @@ func checkSinkFlags(cmd *cli.Command) error {
 // newSink builds the sink named by --sink from its flags. The bulk sink's
 // cluster is contacted once, so bad URLs, credentials or certificates stop
 // consume at once instead of dead-lettering events.
-func newSink(ctx context.Context, cmd *cli.Command, rdb redis.UniversalClient, keys redisx.Keys, log *slog.Logger) (sink.Sink, error) {
+func newSink(ctx context.Context, cmd *cli.Command, rdb redis.UniversalClient, keys redisx.Keys, partitions int, log *slog.Logger) (sink.Sink, error) {
 	switch name := cmd.String("sink"); name {
 	case "stdout":
 		s, err := sink.NewStdout(sink.StdoutConfig{Writer: cmd.Root().Writer})
@@ -230,7 +231,7 @@ func newSink(ctx context.Context, cmd *cli.Command, rdb redis.UniversalClient, k
 			return nil, fmt.Errorf("--sink bulk: %w", explainES(err, "bulk-es", "bulk", ecfg))
 		}
 		log.Info("bulk sink: connected to "+info.String(), logkey.Cluster, info.ClusterName, logkey.URLs, client.URLs())
-		s, err := sink.NewBulk(sink.BulkConfig{ES: client, Redis: rdb, Keys: keys, IndexTemplate: cmd.String("bulk-index"), Logger: log})
+		s, err := sink.NewBulk(sink.BulkConfig{ES: client, Redis: rdb, Keys: keys, Partitions: partitions, IndexTemplate: cmd.String("bulk-index"), Logger: log})
 		return s, wrapUsage("bulk", err)
 	case "redis":
 		cfg := sink.RedisConfig{Key: cmd.String("cache-key"), Mode: sink.RedisMode(cmd.String("cache-mode")), TTL: cmd.Duration("cache-ttl")}

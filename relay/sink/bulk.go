@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
@@ -53,11 +54,16 @@ type BulkConfig struct {
 	// IndexTemplate that names other indices). Required. The sink does not
 	// close it.
 	ES *es.Client
-	// Redis is the feed's Redis; the sink reads Keys.Generations() from it.
+	// Redis is the feed's Redis; the sink reads Keys.Generations() and the
+	// indices' layouts (Keys.Indices() of each partition) from it.
 	// Required. The sink does not close it.
 	Redis redis.UniversalClient
 	// Keys are the feed's key names (redisx.NewKeys(feed)). Required.
 	Keys redisx.Keys
+	// Partitions is the feed's partition count (escf:{feed}:meta,
+	// field partitions): an index's layout is read from the partition of
+	// the event's shard. Default 1.
+	Partitions int
 	// IndexTemplate names the target index of an event. Placeholders:
 	// {index} (the source index name) and {index_uuid} (lowercased: index
 	// names are lowercase; not first: a uuid may start with '-' or '_').
@@ -90,6 +96,8 @@ func (c BulkConfig) Validate() error {
 		return fmt.Errorf("bulk sink config: MaxWait = %s: want >= 0 (0 means %s)", c.MaxWait, DefaultBulkMaxWait)
 	case c.MaxBytes < 0:
 		return fmt.Errorf("bulk sink config: MaxBytes = %d: want >= 0 (0 means %d)", c.MaxBytes, DefaultBulkMaxBytes)
+	case c.Partitions < 0 || c.Partitions > redisx.MaxPartitions:
+		return fmt.Errorf("bulk sink config: Partitions = %d: want 1..%d (0 means 1)", c.Partitions, redisx.MaxPartitions)
 	}
 	if c.IndexTemplate != "" {
 		if _, err := parseBulkTemplate(c.IndexTemplate); err != nil {
@@ -147,10 +155,36 @@ type BulkStats struct {
 //     timeout, 429, 5xx, 401/403, an odd answer): every event of the batch
 //     gets it;
 //   - redisx.Permanent: a malformed event (no index, uuid or id, a seq no
-//     out of range, a source that is not JSON), or an item refused with
-//     another 4xx (a mapping error, an invalid index name). A request refused
-//     as a whole with 400 or 413 is sent again one event per request, so
-//     only the events that cause it are refused permanently.
+//     out of range, a source that is not JSON), an item refused with
+//     another 4xx (a mapping error, an invalid index name), or an event
+//     with custom routing whose target cannot place documents as its
+//     source does (a *BulkLayoutError, below). A request refused as a
+//     whole with 400 or 413 is sent again one event per request, so only
+//     the events that cause it are refused permanently.
+//
+// Layout: two source documents are one when they share an _id and a shard,
+// and the shard comes from the routing (or the _id) through the index's
+// shard count, routing shards, routing partition size and its engine's
+// routing function. A mirror whose target differs in any of them can
+// merge two source documents (one _id under two routings) into one, or
+// split one. So the relay records each index's layout in the feed
+// (checkpoint.IndexLayout), and before the first write into a target the
+// sink reads the target's layout (GET /_cluster/state/metadata/<target>,
+// GET /<target>/_mapping); a target that does not exist it creates with the
+// source's shards, routing shards, partition size and mappings. Events
+// without custom routing are written whatever the target's layout: an _id
+// alone names one document in any index. Events with routing are written
+// only into a target that places (id, routing) pairs as the source does
+// (samePlacement: one shard each, or the same shard count, routing shards,
+// partition size and routing function); into any other, they are refused
+// with a *BulkLayoutError naming both layouts and the fix. An index whose
+// layout the feed does not have (recorded by an older relay, or forgotten
+// after the index was deleted) is treated the same way: its events without
+// routing go through (a missing target is then created by _bulk, as
+// before), those with routing are refused (ErrNoLayout), unless the index
+// and the target have one shard each; the sink warns once per index. A
+// target is checked once per process (a target deleted and re-created by
+// hand while the sink runs is not checked again; restart the consumer).
 //
 // Tombstones: a delete leaves a tombstone with its version in the target for
 // index.gc_deletes (60s by default); an older upsert applied after that can
@@ -171,8 +205,13 @@ type Bulk struct {
 	ctx       context.Context // of requests; canceled when Close gives up
 	cancel    context.CancelFunc
 
-	mu   sync.Mutex
-	gens map[string]int64 // index uuid -> generation
+	stores []*checkpoint.Store // per partition: the indices' records
+
+	mu      sync.Mutex
+	gens    map[string]int64       // index uuid -> generation
+	sources map[string]*bulkSource // index uuid -> record
+	targets map[string]*bulkTarget // target index name -> layout
+	warned  map[string]bool
 
 	requests, applied, conflicts, failed atomic.Int64
 
@@ -213,11 +252,24 @@ func NewBulk(cfg BulkConfig) (*Bulk, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bulk sink config: %w", err)
 	}
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 1
+	}
+	var stores []*checkpoint.Store
+	for _, keys := range redisx.AllPartitionKeys(cfg.Keys.Feed(), cfg.Partitions) {
+		st, err := checkpoint.New(checkpoint.Config{Client: cfg.Redis, Keys: keys})
+		if err != nil {
+			return nil, fmt.Errorf("bulk sink config: %w", err)
+		}
+		stores = append(stores, st)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Bulk{
 		cfg: cfg, tmpl: tmpl, log: cfg.Logger.With(logkey.Sink, "bulk", logkey.Target, cfg.ES.URLs()),
 		in: make(chan *bulkPending), quit: make(chan struct{}), done: make(chan struct{}),
 		ctx: ctx, cancel: cancel, gens: map[string]int64{},
+		stores:  stores,
+		sources: map[string]*bulkSource{}, targets: map[string]*bulkTarget{}, warned: map[string]bool{},
 	}
 	go b.run()
 	return b, nil
@@ -356,7 +408,11 @@ func (b *Bulk) prepare(ctx context.Context, e redisx.Event) (*bulkPending, error
 	if err != nil {
 		return nil, redisx.Permanent(err)
 	}
-	meta := bulkMeta{Index: b.tmpl.expand(e), ID: e.ID, Routing: e.Routing, Version: version, VersionType: "external"}
+	target := b.tmpl.expand(e)
+	if err := b.checkLayout(ctx, e, target); err != nil {
+		return nil, err
+	}
+	meta := bulkMeta{Index: target, ID: e.ID, Routing: e.Routing, Version: version, VersionType: "external"}
 	action := "index"
 	if e.Op == redisx.OpDelete {
 		action = "delete"

@@ -1,0 +1,252 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/tests/engines"
+	"github.com/es-changefeed/es-changefeed/tests/esemu"
+	"github.com/es-changefeed/es-changefeed/tests/redistest"
+)
+
+// routedSource fills index (3 shards) of c with 40 ids under each of two
+// routing values that c puts on different shards (80 documents), and 5
+// ids without routing, and returns the 85 (id, routing) pairs with their
+// sources.
+func routedSource(tb testing.TB, c testCluster, index string) map[[2]string]string {
+	tb.Helper()
+	probe := index + "-probe"
+	createIndex(tb, c, index, 3, 0)
+	createIndex(tb, c, probe, 3, 0)
+	shardOf := map[int]string{}
+	for i := 0; len(shardOf) < 2 && i < 50; i++ {
+		r := fmt.Sprintf("r%d", i)
+		mustDo(tb, "PUT", c.URL()+"/"+probe+"/_doc/p-"+r+"?routing="+r+"&refresh=true", `{}`)
+		for k, d := range clusterDocs(tb, c, probe) {
+			if _, ok := shardOf[k.shard]; !ok && d.routing == r {
+				shardOf[k.shard] = r
+			}
+		}
+	}
+	if len(shardOf) < 2 {
+		tb.Fatalf("no two routing values on different shards of %s", probe)
+	}
+	var routings []string
+	for _, r := range shardOf {
+		routings = append(routings, r)
+	}
+	want := map[[2]string]string{}
+	var b strings.Builder
+	add := func(id, routing string) {
+		meta := map[string]any{"_id": id}
+		if routing != "" {
+			meta["routing"] = routing
+		}
+		m, _ := json.Marshal(map[string]any{"index": meta})
+		src := fmt.Sprintf(`{"id":%q,"routing":%q}`, id, routing)
+		b.Write(m)
+		b.WriteString("\n" + src + "\n")
+		want[[2]string{id, routing}] = src
+	}
+	for i := range 40 {
+		add(fmt.Sprintf("d%d", i), routings[0])
+		add(fmt.Sprintf("d%d", i), routings[1])
+	}
+	for i := range 5 {
+		add(fmt.Sprintf("plain%d", i), "")
+	}
+	out := mustDo(tb, "POST", c.URL()+"/"+index+"/_bulk?refresh=true", b.String())
+	if strings.Contains(string(out), `"errors":true`) {
+		tb.Fatalf("bulk into %s: %s", index, out)
+	}
+	if n := len(clusterDocs(tb, c, index)); n != 85 {
+		tb.Fatalf("the source holds %d documents, want 85", n)
+	}
+	return want
+}
+
+// mirrorHolds counts the (id, routing) pairs of want the target index
+// holds with the source's _source, routed and not (GET by id and routing),
+// and the target's document count.
+func mirrorHolds(tb testing.TB, dst backend, index string, want map[[2]string]string) (routed, plain, total int) {
+	tb.Helper()
+	mustDo(tb, "POST", dst.URL()+"/"+index+"/_refresh", "")
+	for k, src := range want {
+		u := dst.URL() + "/" + index + "/_doc/" + url.PathEscape(k[0])
+		if k[1] != "" {
+			u += "?routing=" + url.QueryEscape(k[1])
+		}
+		st, b := httpDo(tb, "GET", u, "")
+		if st != 200 {
+			continue
+		}
+		var d struct {
+			Source json.RawMessage `json:"_source"`
+		}
+		if json.Unmarshal(b, &d) != nil || compact(d.Source) != src {
+			continue
+		}
+		if k[1] != "" {
+			routed++
+		} else {
+			plain++
+		}
+	}
+	var cnt struct {
+		Count int `json:"count"`
+	}
+	if err := json.Unmarshal(mustDo(tb, "GET", dst.URL()+"/"+index+"/_count", ""), &cnt); err != nil {
+		tb.Fatal(err)
+	}
+	return routed, plain, cnt.Count
+}
+
+// deadOf counts the dead letters of a group.
+func deadOf(tb testing.TB, rdb *redis.Client, keys redisx.Keys, group string) int {
+	tb.Helper()
+	msgs, err := rdb.XRange(context.Background(), keys.Dead(), "-", "+").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n := 0
+	for _, m := range msgs {
+		if m.Values["group"] == group {
+			n++
+		}
+	}
+	return n
+}
+
+// TestMirror_Routing: a 3-shard source with 40 ids under two routings (80
+// documents, on two shards) and 5 without routing, mirrored by `consume
+// --sink bulk`, on the emulator and on every engine of ESCF_TEST_ENGINE:
+//   - into a target that does not exist: the sink creates it with the
+//     source's layout, and the mirror holds all 85 documents (with the
+//     cluster's defaults, one shard, it held 45: two routings of one _id
+//     became one document);
+//   - into a target that exists with another shard count: the 5 without
+//     routing are mirrored, the 80 routed ones refused and dead-lettered,
+//     and none of them reaches the target.
+func TestMirror_Routing(t *testing.T) {
+	src := esCluster(t, esemu.Config{})
+	dst := mirrorTarget(t, src, esemu.Config{})
+	ix := src.Index("routed")
+	want := routedSource(t, src, ix)
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	f := startRelay(t, src, srv.URL(), "routing", []string{ix}, nil)
+	waitCaughtUp(t, src, f.store, []string{ix}, 30*time.Second)
+
+	t.Run("target missing: created, exact", func(t *testing.T) {
+		c := startBinary(t, consumeArgs(srv.URL(), "routing", "exact", "c1", dst.URL())...)
+		waitGroupDone(t, rdb, f.keys.Events(), "exact", 60*time.Second)
+		routed, plain, total := mirrorHolds(t, dst, ix, want)
+		if routed != 80 || plain != 5 || total != 85 {
+			t.Fatalf("the mirror holds %d routed and %d plain documents as the source, %d in all; want 80, 5, 85\n%s", routed, plain, total, tail(c.out.String(), 20))
+		}
+		if n := deadOf(t, rdb, f.keys, "exact"); n != 0 {
+			t.Errorf("%d dead letters", n)
+		}
+		var st map[string]struct {
+			Settings map[string]any `json:"settings"`
+		}
+		if err := json.Unmarshal(mustDo(t, "GET", dst.URL()+"/"+ix+"/_settings?flat_settings=true", ""), &st); err != nil {
+			t.Fatal(err)
+		}
+		if n := fmt.Sprint(st[ix].Settings["index.number_of_shards"]); n != "3" {
+			t.Errorf("the target has %s shards, want the source's 3", n)
+		}
+		c.kill()
+	})
+	t.Run("target with another shard count: routed events refused", func(t *testing.T) {
+		two := ix + "-two"
+		createIndex(t, dst, two, 2, 0)
+		c := startBinary(t, append(consumeArgs(srv.URL(), "routing", "two", "c1", dst.URL()), "--bulk-index", "{index}-two")...)
+		waitGroupDone(t, rdb, f.keys.Events(), "two", 60*time.Second)
+		routed, plain, total := mirrorHolds(t, dst, two, want)
+		if routed != 0 || plain != 5 || total != 5 {
+			t.Fatalf("the target holds %d routed and %d plain documents, %d in all; want 0, 5, 5\n%s", routed, plain, total, tail(c.out.String(), 20))
+		}
+		if n := deadOf(t, rdb, f.keys, "two"); n != 80 {
+			t.Errorf("%d dead letters of group two; want the 80 routed events", n)
+		}
+		c.kill()
+	})
+}
+
+// versionCluster is a cluster of the flavor's engine line for a test
+// about two of them: an emulator of the flavor on the emulator backend;
+// with ESCF_TEST_ENGINE elasticsearch-8 or elasticsearch-9, the shared
+// node when it is that engine, else a node of that engine started for the
+// test. Other backends skip.
+func versionCluster(tb testing.TB, flavor esemu.Flavor) testCluster {
+	tb.Helper()
+	want := flavorEngines[flavor]
+	switch name := testEngineName(); {
+	case name == want:
+		return esCluster(tb, esemu.Config{Flavor: flavor})
+	case name == "elasticsearch-8" || name == "elasticsearch-9":
+		c := engines.StartTB(tb, engines.Config{Engine: want})
+		return &realCluster{realEnv: &realEnv{url: c.URL(), client: &http.Client{Timeout: time.Minute}, engine: c},
+			prefix: fmt.Sprintf("escf-%s-%d-", runID, runSeq.Add(1))}
+	case name != "":
+		tb.Skipf("about Elasticsearch 8 and 9; ESCF_TEST_ENGINE is %s", name)
+	case realClusterEnv(tb) != nil:
+		tb.Skip("about Elasticsearch 8 and 9: on the emulator, or ESCF_TEST_ENGINE=elasticsearch-8 or -9")
+	}
+	return &emulator{newEmulator(tb, esemu.Config{Flavor: flavor})}
+}
+
+// TestMirror_Routing_AcrossVersions: Elasticsearch 9.4+ routes the indices
+// it creates by hash modulo shards. An Elasticsearch 8 source with routed
+// documents cannot be mirrored exactly into Elasticsearch 9: its routed
+// events are refused (the others mirrored); an Elasticsearch 9 source into
+// Elasticsearch 8 can (the sink creates the target with as many routing
+// shards as shards), and the mirror is exact. Two engines in one test:
+// with ESCF_TEST_ENGINE elasticsearch-8 or -9 the other one is started.
+func TestMirror_Routing_AcrossVersions(t *testing.T) {
+	for _, dir := range []struct {
+		name     string
+		from, to esemu.Flavor
+		exact    bool
+	}{
+		{"8 to 9: routed events refused", esemu.FlavorES8, esemu.FlavorES9, false},
+		{"9 to 8: exact", esemu.FlavorES9, esemu.FlavorES8, true},
+	} {
+		t.Run(dir.name, func(t *testing.T) {
+			src := versionCluster(t, dir.from)
+			dst := versionCluster(t, dir.to)
+			ix := src.Index("versions")
+			if rs, ok := src.(*realCluster); ok {
+				if rd, ok := dst.(*realCluster); ok {
+					rd.prefix = rs.prefix // the mirror is named as the source: clean it up
+				}
+			}
+			want := routedSource(t, src, ix)
+			srv := redistest.Start(t)
+			rdb := srv.Client(t)
+			f := startRelay(t, src, srv.URL(), "versions", []string{ix}, nil)
+			waitCaughtUp(t, src, f.store, []string{ix}, 30*time.Second)
+			c := startBinary(t, consumeArgs(srv.URL(), "versions", "mirror", "c1", dst.URL())...)
+			waitGroupDone(t, rdb, f.keys.Events(), "mirror", 60*time.Second)
+			routed, plain, total := mirrorHolds(t, dst, ix, want)
+			dead := deadOf(t, rdb, f.keys, "mirror")
+			switch {
+			case dir.exact && (routed != 80 || plain != 5 || total != 85 || dead != 0):
+				t.Fatalf("the mirror holds %d routed and %d plain documents, %d in all, %d dead letters; want 80, 5, 85, 0\n%s", routed, plain, total, dead, tail(c.out.String(), 20))
+			case !dir.exact && (routed != 0 || plain != 5 || total != 5 || dead != 80):
+				t.Fatalf("the target holds %d routed and %d plain documents, %d in all, %d dead letters; want 0, 5, 5, 80\n%s", routed, plain, total, dead, tail(c.out.String(), 20))
+			}
+			c.kill()
+		})
+	}
+}
