@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
+	"github.com/es-changefeed/es-changefeed/idempotency"
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
@@ -44,6 +45,7 @@ func consumeCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "http-header", Usage: `http sink: a header "Name: value" sent with every request (repeatable)`, Sources: cli.EnvVars("ESCF_HTTP_HEADER")},
 			&cli.StringSliceFlag{Name: "bulk-es", Usage: "bulk sink: the target cluster's URL (repeatable)", Sources: cli.EnvVars("ESCF_BULK_ES_URL")},
 			&cli.StringFlag{Name: "bulk-index", Value: sink.DefaultBulkIndexTemplate, Usage: "bulk sink: target index name template ({index}, {index_uuid})", Sources: cli.EnvVars("ESCF_BULK_INDEX")},
+			&cli.DurationFlag{Name: "bulk-tombstone-keep", Value: idempotency.DefaultTombstoneKeep, Usage: "bulk sink: how long a delete is remembered in Redis, so that an older upsert applied later cannot bring the document back once the target forgot the delete (index.gc_deletes)", Sources: cli.EnvVars("ESCF_BULK_TOMBSTONE_KEEP")},
 			&cli.StringFlag{Name: "cache-key", Value: sink.DefaultRedisKey, Usage: "redis sink: key template ({index}, {index_uuid}, {shard}, {id}, {routing})", Sources: cli.EnvVars("ESCF_CACHE_KEY")},
 			&cli.StringFlag{Name: "cache-mode", Value: string(sink.DefaultRedisMode), Usage: "redis sink: del (invalidate) or set (write the document)", Sources: cli.EnvVars("ESCF_CACHE_MODE")},
 			&cli.DurationFlag{Name: "cache-ttl", Usage: "redis sink: TTL of keys written in set mode (0: none)", Sources: cli.EnvVars("ESCF_CACHE_TTL")},
@@ -161,7 +163,7 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 var sinkFlags = map[string][]string{
 	"file":  {"file-path", "file-max-bytes", "file-keep"},
 	"http":  {"http-url", "http-timeout", "http-header"},
-	"bulk":  append([]string{"bulk-es", "bulk-index"}, clusterFlagNames("bulk")...),
+	"bulk":  append([]string{"bulk-es", "bulk-index", "bulk-tombstone-keep"}, clusterFlagNames("bulk")...),
 	"redis": append([]string{"cache-key", "cache-mode", "cache-ttl"}, redisFlagNames("cache-redis")...),
 }
 
@@ -231,7 +233,8 @@ func newSink(ctx context.Context, cmd *cli.Command, rdb redis.UniversalClient, k
 			return nil, fmt.Errorf("--sink bulk: %w", explainES(err, "bulk-es", "bulk", ecfg))
 		}
 		log.Info("bulk sink: connected to "+info.String(), logkey.Cluster, info.ClusterName, logkey.URLs, client.URLs())
-		s, err := sink.NewBulk(sink.BulkConfig{ES: client, Redis: rdb, Keys: keys, Partitions: partitions, IndexTemplate: cmd.String("bulk-index"), Logger: log})
+		s, err := sink.NewBulk(sink.BulkConfig{ES: client, Redis: rdb, Keys: keys, Partitions: partitions, IndexTemplate: cmd.String("bulk-index"),
+			TombstoneKeep: cmd.Duration("bulk-tombstone-keep"), Logger: log})
 		return s, wrapUsage("bulk", err)
 	case "redis":
 		cfg := sink.RedisConfig{Key: cmd.String("cache-key"), Mode: sink.RedisMode(cmd.String("cache-mode")), TTL: cmd.Duration("cache-ttl")}

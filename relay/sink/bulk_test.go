@@ -348,7 +348,9 @@ func TestBulk_Handler_DeleteThenOlderUpsert(t *testing.T) {
 		if d := getDoc(t, env.target, "orders", "a", ""); d.Found {
 			t.Fatalf("the older upsert resurrected the document: %+v", d)
 		}
-		if got, want := env.sink.Stats(), (sink.BulkStats{Requests: 2, Applied: 1, Conflicts: 1}); got != want {
+		// The sink's own tombstone skips the older upsert without a
+		// request (the target's would refuse it too, for gc_deletes).
+		if got, want := env.sink.Stats(), (sink.BulkStats{Requests: 1, Applied: 1, Conflicts: 1}); got != want {
 			t.Errorf("Stats = %+v, want %+v (a delete of a missing doc is applied: it leaves a tombstone)", got, want)
 		}
 	})
@@ -365,8 +367,8 @@ func TestBulk_Handler_DeleteThenOlderUpsert(t *testing.T) {
 		if d := getDoc(t, env.target, "orders", "a", ""); d.Found {
 			t.Fatalf("a redelivered upsert resurrected the document: %+v", d)
 		}
-		if got, want := env.sink.Stats(), (sink.BulkStats{Requests: 3, Applied: 2, Conflicts: 1}); got != want {
-			t.Errorf("Stats = %+v, want %+v", got, want)
+		if got, want := env.sink.Stats(), (sink.BulkStats{Requests: 2, Applied: 2, Conflicts: 1}); got != want {
+			t.Errorf("Stats = %+v, want %+v (the repeated upsert is skipped by the sink's tombstone)", got, want)
 		}
 	})
 }
@@ -388,7 +390,9 @@ func TestBulk_Handler_RecreatedIndex(t *testing.T) {
 	if !d.Found || string(d.Source) != `{"gen":2}` {
 		t.Fatalf("doc = %+v; the generation-1 tombstone or upsert beat generation 2", d)
 	}
-	if got, want := env.sink.Stats(), (sink.BulkStats{Requests: 4, Applied: 2, Conflicts: 2}); got != want {
+	// The late generation-1 upsert is older than the generation-1 delete
+	// the sink recorded: skipped without a request.
+	if got, want := env.sink.Stats(), (sink.BulkStats{Requests: 3, Applied: 2, Conflicts: 2}); got != want {
 		t.Errorf("Stats = %+v, want %+v", got, want)
 	}
 }
@@ -935,6 +939,9 @@ func TestBulkConfig_Validate(t *testing.T) {
 		{"negative MaxBatch", func(c *sink.BulkConfig) { c.MaxBatch = -1 }, "MaxBatch = -1"},
 		{"negative MaxWait", func(c *sink.BulkConfig) { c.MaxWait = -time.Second }, "MaxWait = -1s"},
 		{"negative MaxBytes", func(c *sink.BulkConfig) { c.MaxBytes = -1 }, "MaxBytes = -1"},
+		{"negative Partitions", func(c *sink.BulkConfig) { c.Partitions = -1 }, "Partitions = -1"},
+		{"too many Partitions", func(c *sink.BulkConfig) { c.Partitions = redisx.MaxPartitions + 1 }, "Partitions = 1025"},
+		{"negative TombstoneKeep", func(c *sink.BulkConfig) { c.TombstoneKeep = -time.Second }, "TombstoneKeep = -1s"},
 		{"unknown placeholders", func(c *sink.BulkConfig) { c.IndexTemplate = "{index}-{shard}-{date}" }, "unknown placeholder {shard}, {date}"},
 		{"unclosed brace", func(c *sink.BulkConfig) { c.IndexTemplate = "{index" }, "'{' without '}'"},
 		{"stray brace", func(c *sink.BulkConfig) { c.IndexTemplate = "index}" }, "'}' without '{'"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -12,7 +13,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/relay/es"
+	"github.com/es-changefeed/es-changefeed/relay/sink"
 	"github.com/es-changefeed/es-changefeed/tests/engines"
 	"github.com/es-changefeed/es-changefeed/tests/esemu"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
@@ -248,5 +252,80 @@ func TestMirror_Routing_AcrossVersions(t *testing.T) {
 			}
 			c.kill()
 		})
+	}
+}
+
+// TestMirror_NoResurrectionAfterGCDeletes: the bulk sink into a target
+// index with index.gc_deletes 1s, on the emulator and on the real engine
+// of ESCF_TEST_ENGINE. After the target forgot a delete (the control
+// document, written directly with the same versions, comes back with an
+// older one), a stale upsert of the deleted document (a pending entry
+// reclaimed after a consumer was down) is skipped: the document stays
+// deleted.
+func TestMirror_NoResurrectionAfterGCDeletes(t *testing.T) {
+	src := esCluster(t, esemu.Config{})
+	dst := mirrorTarget(t, src, esemu.Config{})
+	ix := src.Index("gc")
+	mustDo(t, "PUT", dst.URL()+"/"+ix, `{"settings":{"number_of_shards":1,"number_of_replicas":0,"index.gc_deletes":"1s"}}`)
+	client, err := es.New(inspect(dst).esConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := client.IndexLayout(context.Background(), ix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redistest.Start(t).Client(t)
+	keys := redisx.NewKeys("gc")
+	layout := &checkpoint.IndexLayout{Shards: l.Shards, RoutingShards: l.RoutingShards, RoutingPartitionSize: l.RoutingPartitionSize,
+		Engine: l.Engine, EngineVersion: l.EngineVersion, VersionCreated: l.VersionCreated, Mappings: l.Mappings}
+	rec, _ := json.Marshal(checkpoint.IndexInfo{Name: ix, Target: ix, Shards: 1, FirstSeen: time.Now().UTC(), Layout: layout})
+	rdb.HSet(context.Background(), keys.Indices(), "U", rec)
+	rdb.HSet(context.Background(), keys.Generations(), "U", 1)
+	s, err := sink.NewBulk(sink.BulkConfig{ES: client, Redis: rdb, Keys: keys, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	h := s.Handler()
+	ev := func(op redisx.Op, id string, seq int64) redisx.Event {
+		e := redisx.Event{StreamID: fmt.Sprintf("%d-0", seq), Op: op, Index: ix, IndexUUID: "U", ID: id, SeqNo: seq, Target: ix}
+		if op == redisx.OpUpsert {
+			e.PrimaryTerm, e.Version, e.Source = 1, 1, json.RawMessage(`{"v":"old"}`)
+		}
+		return e
+	}
+	for _, e := range []redisx.Event{ev(redisx.OpUpsert, "a", 5), ev(redisx.OpDelete, "a", 8)} {
+		if err := h(context.Background(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v5, _ := sink.BulkVersion(1, 5, false)
+	v8, _ := sink.BulkVersion(1, 8, true)
+	mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/ctl?version=%d&version_type=external", dst.URL(), ix, v5), `{"v":"old"}`)
+	mustDo(t, "DELETE", fmt.Sprintf("%s/%s/_doc/ctl?version=%d&version_type=external", dst.URL(), ix, v8), "")
+	// A real engine prunes its tombstones older than gc_deletes at a
+	// refresh (at most every quarter of gc_deletes): retry until the
+	// control's older version is taken.
+	forgot := time.Now().Add(30 * time.Second)
+	for {
+		time.Sleep(500 * time.Millisecond)
+		mustDo(t, "POST", dst.URL()+"/"+ix+"/_refresh", "")
+		st, _ := httpDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/ctl?version=%d&version_type=external", dst.URL(), ix, v5), `{"v":"old"}`)
+		if st < 300 {
+			break
+		}
+		if time.Now().After(forgot) {
+			t.Fatalf("control: the target still refuses the older version 30s after the delete (HTTP %d): the test proves nothing", st)
+		}
+	}
+	if err := h(context.Background(), ev(redisx.OpUpsert, "a", 5)); err != nil {
+		t.Fatal(err)
+	}
+	if st, b := httpDo(t, "GET", dst.URL()+"/"+ix+"/_doc/a", ""); st != http.StatusNotFound {
+		t.Fatalf("the stale upsert brought the deleted document back: HTTP %d %s", st, b)
+	}
+	if st := s.Stats(); st.Conflicts != 1 || st.Applied != 2 {
+		t.Errorf("Stats = %+v; want the stale upsert skipped (1 conflict) and 2 applied", st)
 	}
 }
