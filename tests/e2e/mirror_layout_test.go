@@ -329,3 +329,55 @@ func TestMirror_NoResurrectionAfterGCDeletes(t *testing.T) {
 		t.Errorf("Stats = %+v; want the stale upsert skipped (1 conflict) and 2 applied", st)
 	}
 }
+
+// TestMirror_Routing_Partitioned: a source with index.routing_partition_size
+// (4 shards, partitions of 2: a routing value spreads its documents over
+// two shards by their _id) mirrored into a target that does not exist: the
+// sink creates it with the same partition size and the mirror holds every
+// source document. Real engines only: the emulator does not model
+// routing_partition_size (it refuses the setting, loudly).
+func TestMirror_Routing_Partitioned(t *testing.T) {
+	if testEngineName() == "" && realClusterEnv(t) == nil {
+		t.Skip("the emulator does not model index.routing_partition_size: run with ESCF_TEST_ENGINE")
+	}
+	src := esCluster(t, esemu.Config{})
+	dst := mirrorTarget(t, src, esemu.Config{})
+	ix := src.Index("partitioned")
+	mustDo(t, "PUT", src.URL()+"/"+ix, `{"settings":{"number_of_shards":4,"number_of_replicas":0,"index.routing_partition_size":2},"mappings":{"_routing":{"required":true}}}`)
+	var b strings.Builder
+	for i := range 40 {
+		for _, r := range []string{"ra", "rb", "rc"} {
+			fmt.Fprintf(&b, "{\"index\":{\"_id\":\"d%d\",\"routing\":%q}}\n{\"id\":\"d%d\",\"routing\":%q}\n", i, r, i, r)
+		}
+	}
+	if out := mustDo(t, "POST", src.URL()+"/"+ix+"/_bulk?refresh=true", b.String()); strings.Contains(string(out), `"errors":true`) {
+		t.Fatalf("bulk: %s", out)
+	}
+	want := map[[2]string]string{}
+	for _, d := range clusterDocs(t, src, ix) {
+		var s struct{ ID string }
+		_ = json.Unmarshal([]byte(d.source), &s)
+		want[[2]string{s.ID, d.routing}] = d.source
+	}
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	f := startRelay(t, src, srv.URL(), "partitioned", []string{ix}, nil)
+	waitCaughtUp(t, src, f.store, []string{ix}, 30*time.Second)
+	c := startBinary(t, consumeArgs(srv.URL(), "partitioned", "mirror", "c1", dst.URL())...)
+	waitGroupDone(t, rdb, f.keys.Events(), "mirror", 60*time.Second)
+	routed, _, total := mirrorHolds(t, dst, ix, want)
+	if routed != len(want) || total != len(want) || deadOf(t, rdb, f.keys, "mirror") != 0 {
+		t.Fatalf("the mirror holds %d of the source's %d documents, %d in all\n%s", routed, len(want), total, tail(c.out.String(), 20))
+	}
+	var st map[string]struct {
+		Settings map[string]any `json:"settings"`
+	}
+	if err := json.Unmarshal(mustDo(t, "GET", dst.URL()+"/"+ix+"/_settings?flat_settings=true", ""), &st); err != nil {
+		t.Fatal(err)
+	}
+	if p := fmt.Sprint(st[ix].Settings["index.routing_partition_size"]); p != "2" {
+		t.Errorf("the target's routing_partition_size is %s, want the source's 2", p)
+	}
+	t.Logf("mirrored %d documents of a partitioned index (3 routings × 40 ids over 4 shards)", len(want))
+	c.kill()
+}
