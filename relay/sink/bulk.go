@@ -202,11 +202,11 @@ type BulkStats struct {
 // pool's MinIdle, a process stalled for minutes) would bring the document
 // back for good. So the sink records every delete in Redis, before writing
 // it, as idempotency.Tombstones under BulkTombstonePrefix(feed, partition)
-// (per index and hour, kept TombstoneKeep, 24h by default), and skips an
+// (per index and a 24th of TombstoneKeep, 24h by default), and skips an
 // upsert older than a recorded delete of its document (counted as a
 // conflict: the target would have refused it while it had the tombstone).
 // Rather than raise index.gc_deletes: the target keeps its tombstones in
-// the heap of every copy's version map, for every index and whoever
+// every shard copy's in-memory version map, for every index and whoever
 // writes; the sink may not own or be allowed to change a target's
 // settings; and the longest delay to cover (a bootstrap copy, a stalled
 // consumer) is the feed's business, not the target's. The cost is one
