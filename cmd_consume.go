@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
+	"github.com/es-changefeed/es-changefeed/idempotency"
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
@@ -46,6 +47,7 @@ func consumeCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "http-header", Usage: `http sink: a header "Name: value" sent with every request (repeatable)`, Sources: cli.EnvVars("ESCF_HTTP_HEADER")},
 			&cli.StringSliceFlag{Name: "bulk-es", Usage: "bulk sink: the target cluster's URL (repeatable)", Sources: cli.EnvVars("ESCF_BULK_ES_URL")},
 			&cli.StringFlag{Name: "bulk-index", Value: sink.DefaultBulkIndexTemplate, Usage: "bulk sink: target index name template ({index}, {index_uuid})", Sources: cli.EnvVars("ESCF_BULK_INDEX")},
+			&cli.DurationFlag{Name: "bulk-tombstone-keep", Value: idempotency.DefaultTombstoneKeep, Usage: "bulk sink: how long a delete is remembered in Redis, so that an older upsert applied later cannot bring the document back once the target forgot the delete (index.gc_deletes)", Sources: cli.EnvVars("ESCF_BULK_TOMBSTONE_KEEP")},
 			&cli.StringFlag{Name: "cache-key", Value: sink.DefaultRedisKey, Usage: "redis sink: key template ({index}, {index_uuid}, {shard}, {id}, {routing})", Sources: cli.EnvVars("ESCF_CACHE_KEY")},
 			&cli.StringFlag{Name: "cache-mode", Value: string(sink.DefaultRedisMode), Usage: "redis sink: del (invalidate) or set (write the document)", Sources: cli.EnvVars("ESCF_CACHE_MODE")},
 			&cli.DurationFlag{Name: "cache-ttl", Usage: "redis sink: TTL of keys written in set mode (0: none)", Sources: cli.EnvVars("ESCF_CACHE_TTL")},
@@ -104,8 +106,16 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 	}
 	defer rdb.Close()
 	// keys are the feed-level keys: with partitions > 1 the bulk sink reads
-	// the feed-level generations hash every partition's relay writes to.
-	s, err := newSink(pctx, cmd, rdb, keys, log)
+	// the feed-level generations hash every partition's relay writes to,
+	// and each index's layout from its partition's indices hash. The sink
+	// is built before the feed is waited for (its flag errors come first),
+	// with the partition count recorded now; built again below if the
+	// feed's relay records another one meanwhile.
+	sinkPartitions := 1
+	if rec, err := redisx.ReadPartitions(pctx, rdb, feed); err == nil {
+		sinkPartitions = rec.Effective()
+	}
+	s, err := newSink(pctx, cmd, rdb, keys, sinkPartitions, log)
 	if err != nil {
 		return err
 	}
@@ -135,6 +145,12 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 	if err != nil {
 		closeSink()
 		return err
+	}
+	if partitions != sinkPartitions {
+		closeSink()
+		if s, err = newSink(pctx, cmd, rdb, keys, partitions, log); err != nil {
+			return err
+		}
 	}
 	if cmd.Bool("bootstrap") {
 		if err := bootstrapGroup(ctx, cmd, rdb, feed, group, partitions, s, log); err != nil {
@@ -191,7 +207,7 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 var sinkFlags = map[string][]string{
 	"file":  {"file-path", "file-max-bytes", "file-keep"},
 	"http":  {"http-url", "http-timeout", "http-header"},
-	"bulk":  append([]string{"bulk-es", "bulk-index"}, clusterFlagNames("bulk")...),
+	"bulk":  append([]string{"bulk-es", "bulk-index", "bulk-tombstone-keep"}, clusterFlagNames("bulk")...),
 	"redis": append([]string{"cache-key", "cache-mode", "cache-ttl"}, redisFlagNames("cache-redis")...),
 }
 
@@ -215,7 +231,7 @@ func checkSinkFlags(cmd *cli.Command) error {
 // newSink builds the sink named by --sink from its flags. The bulk sink's
 // cluster is contacted once, so bad URLs, credentials or certificates stop
 // consume at once instead of dead-lettering events.
-func newSink(ctx context.Context, cmd *cli.Command, rdb redis.UniversalClient, keys redisx.Keys, log *slog.Logger) (sink.Sink, error) {
+func newSink(ctx context.Context, cmd *cli.Command, rdb redis.UniversalClient, keys redisx.Keys, partitions int, log *slog.Logger) (sink.Sink, error) {
 	switch name := cmd.String("sink"); name {
 	case "stdout":
 		s, err := sink.NewStdout(sink.StdoutConfig{Writer: cmd.Root().Writer})
@@ -261,7 +277,8 @@ func newSink(ctx context.Context, cmd *cli.Command, rdb redis.UniversalClient, k
 			return nil, fmt.Errorf("--sink bulk: %w", explainES(err, "bulk-es", "bulk", ecfg))
 		}
 		log.Info("bulk sink: connected to "+info.String(), logkey.Cluster, info.ClusterName, logkey.URLs, client.URLs())
-		s, err := sink.NewBulk(sink.BulkConfig{ES: client, Redis: rdb, Keys: keys, IndexTemplate: cmd.String("bulk-index"), Logger: log})
+		s, err := sink.NewBulk(sink.BulkConfig{ES: client, Redis: rdb, Keys: keys, Partitions: partitions, IndexTemplate: cmd.String("bulk-index"),
+			TombstoneKeep: cmd.Duration("bulk-tombstone-keep"), Logger: log})
 		return s, wrapUsage("bulk", err)
 	case "redis":
 		cfg := sink.RedisConfig{Key: cmd.String("cache-key"), Mode: sink.RedisMode(cmd.String("cache-mode")), TTL: cmd.Duration("cache-ttl")}

@@ -40,6 +40,44 @@ type IndexInfo struct {
 	// ClusterUUID is the cluster the index was seen on: an index is only
 	// treated as gone (deletes for all its documents) on that cluster.
 	ClusterUUID string `json:"cluster_uuid,omitempty"`
+	// Layout is where the index puts documents, recorded by the relay when
+	// it adopts the index, so that a consumer without access to the source
+	// cluster can copy it exactly (the bulk sink creates or checks its
+	// target from it). nil in records of relays before layouts, and when
+	// the relay could not read it; a relay that adopts the index again
+	// fills it in.
+	Layout *IndexLayout `json:"layout,omitempty"`
+}
+
+// IndexLayout is what decides where an index puts a document, and what a
+// copy of the index needs to put it in the same place. Two source
+// documents are one if they share an _id and a shard; the shard comes from
+// the routing (or the _id) through a function these fields choose. The
+// JSON form is part of the feed's contract (escf:{feed}:indices).
+type IndexLayout struct {
+	// Shards is index.number_of_shards.
+	Shards int `json:"shards"`
+	// RoutingShards is routing_num_shards of the index's metadata (the
+	// setting index.number_of_routing_shards, or what the engine computed
+	// when it created the index).
+	RoutingShards int `json:"routing_shards"`
+	// RoutingPartitionSize is index.routing_partition_size; 0 and 1 mean
+	// not partitioned.
+	RoutingPartitionSize int `json:"routing_partition_size,omitempty"`
+	// RoutingPath is index.routing_path (time series, logsdb): documents
+	// are placed by these fields of their source.
+	RoutingPath []string `json:"routing_path,omitempty"`
+	// Engine is "elasticsearch" or "opensearch"; EngineVersion the
+	// cluster's version when the relay recorded the layout.
+	Engine        string `json:"engine"`
+	EngineVersion string `json:"engine_version,omitempty"`
+	// VersionCreated is index.version.created, the engine's id of the
+	// version that created the index: with Engine, it chooses the routing
+	// function (Elasticsearch 9.4+ indices route by hash modulo shards).
+	VersionCreated int64 `json:"version_created"`
+	// Mappings are the index's mappings, as GET /<index>/_mapping gives
+	// them (raw JSON).
+	Mappings json.RawMessage `json:"mappings,omitempty"`
 }
 
 // Doc is a delivered document's identity within its shard, and the seq
@@ -583,6 +621,22 @@ func (s *Store) Load(ctx context.Context) (State, error) {
 		st.Indices[uuid] = info
 	}
 	return st, nil
+}
+
+// Index reads the record of one index by uuid (HGET on the indices hash),
+// as Load decodes it; ok is false when the feed has no record of it.
+func (s *Store) Index(ctx context.Context, uuid string) (info IndexInfo, ok bool, err error) {
+	v, err := s.cfg.Client.HGet(ctx, s.cfg.Keys.Indices(), uuid).Result()
+	if errors.Is(err, redis.Nil) {
+		return IndexInfo{}, false, nil
+	}
+	if err != nil {
+		return IndexInfo{}, false, fmt.Errorf("read index %s from %s: %w", uuid, s.cfg.Keys.Indices(), err)
+	}
+	if err := json.Unmarshal([]byte(v), &info); err != nil {
+		return IndexInfo{}, false, fmt.Errorf("read index %s from %s: %w", uuid, s.cfg.Keys.Indices(), err)
+	}
+	return info, true, nil
 }
 
 // parseShardField parses "<uuid>/<shard>".

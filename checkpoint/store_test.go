@@ -380,3 +380,47 @@ func TestReadDelivered_OneStateWhileCommitting(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestStore_Index: one index's record by uuid, with its layout; a record
+// an older relay wrote (no layout) reads with a nil Layout, and an unknown
+// uuid is not found.
+func TestStore_Index(t *testing.T) {
+	ctx := context.Background()
+	st, lease, srv := newStore(t, "index", time.Second)
+	if ok, err := lease.TryAcquire(ctx); err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	layout := &checkpoint.IndexLayout{Shards: 3, RoutingShards: 768, RoutingPartitionSize: 2, Engine: "opensearch", EngineVersion: "2.19.6",
+		VersionCreated: 136408527, Mappings: json.RawMessage(`{"_routing":{"required":true}}`)}
+	b := checkpoint.Batch{Indices: map[string]checkpoint.IndexInfo{"U1": {Name: "idx", Target: "idx*", Shards: 3, FirstSeen: time.Unix(100, 0).UTC(), Layout: layout}}}
+	if err := st.Commit(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	// As relays before layouts wrote records.
+	old := `{"name":"old","target":"old","shards":2,"first_seen":"2025-01-01T00:00:00Z","cluster_uuid":"C"}`
+	if err := srv.Client(t).HSet(ctx, redisx.NewKeys("index").Indices(), "U0", old).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := st.Index(ctx, "U1")
+	if err != nil || !ok {
+		t.Fatalf("Index(U1) = %+v, %v, %v", got, ok, err)
+	}
+	if got.Name != "idx" || got.Layout == nil || got.Layout.Shards != 3 || got.Layout.RoutingShards != 768 || got.Layout.RoutingPartitionSize != 2 ||
+		got.Layout.Engine != "opensearch" || got.Layout.VersionCreated != 136408527 || string(got.Layout.Mappings) != `{"_routing":{"required":true}}` {
+		t.Errorf("Index(U1) = %+v, layout %+v", got, got.Layout)
+	}
+	got, ok, err = st.Index(ctx, "U0")
+	if err != nil || !ok || got.Name != "old" || got.Shards != 2 || got.ClusterUUID != "C" || got.Layout != nil {
+		t.Errorf("Index(U0) = %+v, %v, %v; want the old record without a layout", got, ok, err)
+	}
+	if _, ok, err := st.Index(ctx, "U9"); ok || err != nil {
+		t.Errorf("Index(U9) = %v, %v; want not found", ok, err)
+	}
+	all, err := st.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all.Indices["U1"].Layout == nil || all.Indices["U0"].Layout != nil {
+		t.Errorf("Load: %+v", all.Indices)
+	}
+}

@@ -109,6 +109,17 @@
 // resurrect it. EndIndex returns them; a sink dropped for good can delete
 // the keys of its Prefix.
 //
+// # Tombstones
+//
+// A sink whose target orders versions itself (Elasticsearch external
+// versions) needs no fence for upserts, but the target remembers a delete
+// only for a while (index.gc_deletes). Tombstones keep just the deletes,
+// for a limited time (TombstonesConfig.Keep, 24h by default), in hashes
+// per index and time bucket that expire by themselves: an upsert older
+// than a recorded delete is skipped however late it comes within Keep, and
+// the memory is that of the deletes of the last Keep (about 80 bytes each
+// with 20-character ids).
+//
 // # Permissions
 //
 // ApplyRedis, ShouldApply and Record run scripts (EVALSHA, EVAL) that call

@@ -333,11 +333,21 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 	if err := r.assignGeneration(ctx, st.UUID, name, &batch); err != nil {
 		return err
 	}
-	if _, known := cur.state.Indices[st.UUID]; !known {
-		r.mu.Lock()
-		info := checkpoint.IndexInfo{Name: name, Target: cur.target, Shards: settings.Shards, FirstSeen: time.Now().UTC(), ClusterUUID: r.clusterUUID}
-		r.mu.Unlock()
-		batch.Indices = map[string]checkpoint.IndexInfo{st.UUID: info}
+	if info, known := cur.state.Indices[st.UUID]; !known || info.Layout == nil {
+		// A record of a relay before layouts gets its layout now.
+		layout, err := r.indexLayout(ctx, cur.ec, name)
+		if err != nil {
+			return err
+		}
+		if !known {
+			r.mu.Lock()
+			info = checkpoint.IndexInfo{Name: name, Target: cur.target, Shards: settings.Shards, FirstSeen: time.Now().UTC(), ClusterUUID: r.clusterUUID}
+			r.mu.Unlock()
+		}
+		if !known || layout != nil {
+			info.Layout = layout
+			batch.Indices = map[string]checkpoint.IndexInfo{st.UUID: info}
+		}
 	}
 	if cur.fromNow && !cur.seen {
 		for _, sc := range st.Shards {
@@ -385,6 +395,26 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 		r.log.Info("following index", logkey.Index, name, logkey.IndexUUID, st.UUID, logkey.Shards, settings.Shards, logkey.Checkpoints, len(cur.cps))
 	}
 	return nil
+}
+
+// indexLayout reads an index's layout for its record. A cluster that
+// refuses the reads (401, 403: the relay's user lacks cluster monitor or
+// view_index_metadata) gives nil and a warning: the index is followed
+// without a layout, and the bulk sink refuses its events with custom
+// routing until a relay with the privileges adopts it again. Any other
+// failure is returned (the round is retried).
+func (r *Relay) indexLayout(ctx context.Context, ec *es.Client, name string) (*checkpoint.IndexLayout, error) {
+	l, err := ec.IndexLayout(ctx, name)
+	if errors.Is(err, es.ErrUnauthorized) {
+		r.log.Warn("cannot record the index's layout (shards, routing, mappings): a bulk mirror of the feed will refuse its events with custom routing; "+
+			"grant the relay's user the cluster privilege monitor and view_index_metadata on the index (docs/SECURITY.md)", logkey.Index, name, logkey.Error, err)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &checkpoint.IndexLayout{Shards: l.Shards, RoutingShards: l.RoutingShards, RoutingPartitionSize: l.RoutingPartitionSize,
+		RoutingPath: l.RoutingPath, Engine: l.Engine, EngineVersion: l.EngineVersion, VersionCreated: l.VersionCreated, Mappings: l.Mappings}, nil
 }
 
 // shardRead is one shard's window of a round: (cp, gcp], read from primary.

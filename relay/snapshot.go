@@ -157,8 +157,12 @@ func (r *Relay) snapshotIndex(ctx context.Context, name, target string, prog *pr
 	if err := r.cfg.ES.Refresh(ctx, name); err != nil {
 		return 0, err
 	}
+	layout, err := r.indexLayout(ctx, r.cfg.ES, name)
+	if err != nil {
+		return 0, err
+	}
 	r.mu.Lock()
-	info := checkpoint.IndexInfo{Name: name, Target: target, Shards: settings.Shards, FirstSeen: time.Now().UTC(), ClusterUUID: r.clusterUUID}
+	info := checkpoint.IndexInfo{Name: name, Target: target, Shards: settings.Shards, FirstSeen: time.Now().UTC(), ClusterUUID: r.clusterUUID, Layout: layout}
 	r.mu.Unlock()
 	rec := checkpoint.Batch{Indices: map[string]checkpoint.IndexInfo{st.UUID: info}}
 	if err := r.assignGeneration(ctx, st.UUID, name, &rec); err != nil {

@@ -17,6 +17,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/idempotency"
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay/es"
@@ -53,11 +55,23 @@ type BulkConfig struct {
 	// IndexTemplate that names other indices). Required. The sink does not
 	// close it.
 	ES *es.Client
-	// Redis is the feed's Redis; the sink reads Keys.Generations() from it.
-	// Required. The sink does not close it.
+	// Redis is the feed's Redis; the sink reads Keys.Generations() and the
+	// indices' layouts (Keys.Indices() of each partition) from it, and
+	// keeps its delete tombstones there (BulkTombstonePrefix). Required.
+	// The sink does not close it.
 	Redis redis.UniversalClient
 	// Keys are the feed's key names (redisx.NewKeys(feed)). Required.
 	Keys redisx.Keys
+	// Partitions is the feed's partition count (escf:{feed}:meta,
+	// field partitions): an index's layout is read from the partition of
+	// the event's shard. Default 1.
+	Partitions int
+	// TombstoneKeep is how long the sink remembers a delete, so that an
+	// older upsert of the document applied later (a redelivery, a
+	// reclaimed pending entry) cannot bring it back after the target
+	// forgot the delete (index.gc_deletes, 60s by default). Default
+	// idempotency.DefaultTombstoneKeep (24h).
+	TombstoneKeep time.Duration
 	// IndexTemplate names the target index of an event. Placeholders:
 	// {index} (the source index name) and {index_uuid} (lowercased: index
 	// names are lowercase; not first: a uuid may start with '-' or '_').
@@ -90,6 +104,10 @@ func (c BulkConfig) Validate() error {
 		return fmt.Errorf("bulk sink config: MaxWait = %s: want >= 0 (0 means %s)", c.MaxWait, DefaultBulkMaxWait)
 	case c.MaxBytes < 0:
 		return fmt.Errorf("bulk sink config: MaxBytes = %d: want >= 0 (0 means %d)", c.MaxBytes, DefaultBulkMaxBytes)
+	case c.Partitions < 0 || c.Partitions > redisx.MaxPartitions:
+		return fmt.Errorf("bulk sink config: Partitions = %d: want 1..%d (0 means 1)", c.Partitions, redisx.MaxPartitions)
+	case c.TombstoneKeep < 0:
+		return fmt.Errorf("bulk sink config: TombstoneKeep = %s: want > 0 (0 means %s)", c.TombstoneKeep, idempotency.DefaultTombstoneKeep)
 	}
 	if c.IndexTemplate != "" {
 		if _, err := parseBulkTemplate(c.IndexTemplate); err != nil {
@@ -147,16 +165,57 @@ type BulkStats struct {
 //     timeout, 429, 5xx, 401/403, an odd answer): every event of the batch
 //     gets it;
 //   - redisx.Permanent: a malformed event (no index, uuid or id, a seq no
-//     out of range, a source that is not JSON), or an item refused with
-//     another 4xx (a mapping error, an invalid index name). A request refused
-//     as a whole with 400 or 413 is sent again one event per request, so
-//     only the events that cause it are refused permanently.
+//     out of range, a source that is not JSON), an item refused with
+//     another 4xx (a mapping error, an invalid index name), or an event
+//     with custom routing whose target cannot place documents as its
+//     source does (a *BulkLayoutError, below). A request refused as a
+//     whole with 400 or 413 is sent again one event per request, so only
+//     the events that cause it are refused permanently.
 //
-// Tombstones: a delete leaves a tombstone with its version in the target for
-// index.gc_deletes (60s by default); an older upsert applied after that can
-// bring the document back. Raise index.gc_deletes on the target above the
-// longest redelivery delay (the pool's MinIdle times MaxDeliveries) if the
-// feed can reorder that much.
+// Layout: two source documents are one when they share an _id and a shard,
+// and the shard comes from the routing (or the _id) through the index's
+// shard count, routing shards, routing partition size and its engine's
+// routing function. A mirror whose target differs in any of them can
+// merge two source documents (one _id under two routings) into one, or
+// split one. So the relay records each index's layout in the feed
+// (checkpoint.IndexLayout), and before the first write into a target the
+// sink reads the target's layout (GET /_cluster/state/metadata/<target>,
+// GET /<target>/_mapping); a target that does not exist it creates with the
+// source's shards, routing shards, partition size and mappings. Events
+// without custom routing are written whatever the target's layout: an _id
+// alone names one document in any index. Events with routing are written
+// only into a target that places (id, routing) pairs as the source does
+// (samePlacement: one shard each, or the same shard count, routing shards,
+// partition size and routing function); into any other, they are refused
+// with a *BulkLayoutError naming both layouts and the fix. An index whose
+// layout the feed does not have (recorded by an older relay, or forgotten
+// after the index was deleted) is treated the same way: its events without
+// routing go through (a missing target is then created by _bulk, as
+// before), those with routing are refused (ErrNoLayout), unless the index
+// and the target have one shard each; the sink warns once per index. A
+// target is checked once per process (a target deleted and re-created by
+// hand while the sink runs is not checked again; restart the consumer).
+//
+// Tombstones: a delete leaves a tombstone with its version in the target
+// for index.gc_deletes (60s by default) only; an older upsert applied after
+// that (a reclaimed pending entry of a consumer down longer than the
+// pool's MinIdle, a process stalled for minutes) would bring the document
+// back for good. So the sink records every delete in Redis, before writing
+// it, as idempotency.Tombstones under BulkTombstonePrefix(feed, partition)
+// (per index and a 24th of TombstoneKeep, 24h by default), and skips an
+// upsert older than a recorded delete of its document (counted as a
+// conflict: the target would have refused it while it had the tombstone).
+// Rather than raise index.gc_deletes: the target keeps its tombstones in
+// every shard copy's in-memory version map, for every index and whoever
+// writes; the sink may not own or be allowed to change a target's
+// settings; and the longest delay to cover (a bootstrap copy, a stalled
+// consumer) is the feed's business, not the target's. The cost is one
+// script per event (26 HGET for an upsert, HSET and PEXPIREAT for a
+// delete) and Redis memory for the deletes of the last TombstoneKeep
+// (docs/CONSUMING.md has the figures). If the tombstones are lost (Redis
+// data loss, a DEL of the keys), protection falls back to the target's
+// gc_deletes window; consume --bootstrap repairs a mirror that received a
+// late upsert meanwhile.
 //
 // Who closes what: Close stops the sink; the ES and Redis clients stay open.
 type Bulk struct {
@@ -171,8 +230,14 @@ type Bulk struct {
 	ctx       context.Context // of requests; canceled when Close gives up
 	cancel    context.CancelFunc
 
-	mu   sync.Mutex
-	gens map[string]int64 // index uuid -> generation
+	stores     []*checkpoint.Store       // per partition: the indices' records
+	tombstones []*idempotency.Tombstones // per partition
+
+	mu      sync.Mutex
+	gens    map[string]int64       // index uuid -> generation
+	sources map[string]*bulkSource // index uuid -> record
+	targets map[string]*bulkTarget // target index name -> layout
+	warned  map[string]bool
 
 	requests, applied, conflicts, failed atomic.Int64
 
@@ -213,14 +278,46 @@ func NewBulk(cfg BulkConfig) (*Bulk, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bulk sink config: %w", err)
 	}
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 1
+	}
+	if cfg.TombstoneKeep == 0 {
+		cfg.TombstoneKeep = idempotency.DefaultTombstoneKeep
+	}
+	var stores []*checkpoint.Store
+	var tombs []*idempotency.Tombstones
+	for p, keys := range redisx.AllPartitionKeys(cfg.Keys.Feed(), cfg.Partitions) {
+		st, err := checkpoint.New(checkpoint.Config{Client: cfg.Redis, Keys: keys})
+		if err != nil {
+			return nil, fmt.Errorf("bulk sink config: %w", err)
+		}
+		tb, err := idempotency.NewTombstones(idempotency.TombstonesConfig{Client: cfg.Redis,
+			Prefix: BulkTombstonePrefix(cfg.Keys.Feed(), p, cfg.Partitions), Keep: cfg.TombstoneKeep})
+		if err != nil {
+			return nil, fmt.Errorf("bulk sink config: %w", err)
+		}
+		stores, tombs = append(stores, st), append(tombs, tb)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Bulk{
 		cfg: cfg, tmpl: tmpl, log: cfg.Logger.With(logkey.Sink, "bulk", logkey.Target, cfg.ES.URLs()),
 		in: make(chan *bulkPending), quit: make(chan struct{}), done: make(chan struct{}),
 		ctx: ctx, cancel: cancel, gens: map[string]int64{},
+		stores: stores, tombstones: tombs,
+		sources: map[string]*bulkSource{}, targets: map[string]*bulkTarget{}, warned: map[string]bool{},
 	}
 	go b.run()
 	return b, nil
+}
+
+// BulkTombstonePrefix is where the bulk sinks of a feed keep their delete
+// tombstones (idempotency.TombstonesConfig.Prefix) for partition p of
+// partitions: "escf:{<feed>}:fence:bulk:deletes" (with partitions, under
+// the partition's hash tag), hashes "<prefix>:<index_uuid>:<bucket>". Every
+// bulk sink of the feed shares them: a delete is a fact about the source,
+// whatever the target.
+func BulkTombstonePrefix(feed string, p, partitions int) string {
+	return redisx.PartitionKeys(feed, p, partitions).Fence("bulk:deletes")
 }
 
 // Handler returns the sink's handler (see Bulk for its outcomes). It may be
@@ -304,6 +401,24 @@ func (b *Bulk) apply(ctx context.Context, e redisx.Event) error {
 	if err != nil {
 		return wrap(err)
 	}
+	tombs := b.tombstones[redisx.Partition(e.IndexUUID, e.Shard, len(b.tombstones))]
+	switch e.Op {
+	case redisx.OpDelete:
+		// Before the write: once the target has the delete, so do the
+		// tombstones.
+		if err := tombs.Record(ctx, e); err != nil {
+			return wrap(err)
+		}
+	case redisx.OpUpsert:
+		deleted, err := tombs.Deleted(ctx, e)
+		if err != nil {
+			return wrap(err)
+		}
+		if deleted {
+			b.conflicts.Add(1)
+			return nil
+		}
+	}
 	select {
 	case b.in <- p:
 	case <-b.quit:
@@ -356,7 +471,11 @@ func (b *Bulk) prepare(ctx context.Context, e redisx.Event) (*bulkPending, error
 	if err != nil {
 		return nil, redisx.Permanent(err)
 	}
-	meta := bulkMeta{Index: b.tmpl.expand(e), ID: e.ID, Routing: e.Routing, Version: version, VersionType: "external"}
+	target := b.tmpl.expand(e)
+	if err := b.checkLayout(ctx, e, target); err != nil {
+		return nil, err
+	}
+	meta := bulkMeta{Index: target, ID: e.ID, Routing: e.Routing, Version: version, VersionType: "external"}
 	action := "index"
 	if e.Op == redisx.OpDelete {
 		action = "delete"

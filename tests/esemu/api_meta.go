@@ -1294,3 +1294,68 @@ func apiResolve(c *Cluster, r *request) (reply, *esError) {
 	}
 	return reply{status: 200, body: obj("indices", indices, "aliases", aliases, "data_streams", streams)}, nil
 }
+
+// apiClusterState answers GET /_cluster/state/{metric}[/{index}] for the
+// metadata metric only (any other metric is refused as not modeled). Each
+// index carries what Elasticsearch's IndexMetadata.toXContent writes that a
+// client may depend on: version counters, routing_num_shards (the only
+// place it shows: GET _settings does not list the computed value), state,
+// settings, mappings (under the type "_doc", as the cluster state keeps
+// them), aliases and primary_terms; not in_sync_allocations, rollover_info
+// or timestamp ranges. As the real API, it is lenient: a named index that
+// does not exist is left out, not an error.
+func apiClusterState(c *Cluster, r *request) (reply, *esError) {
+	for _, m := range strings.Split(r.vars["metric"], ",") {
+		if m != "metadata" {
+			return reply{}, errNotModeled("cluster state metric [%s] (only [metadata])", m)
+		}
+	}
+	flat, e := r.boolParam("flat_settings", false)
+	if e != nil {
+		return reply{}, e
+	}
+	var indices []*index
+	if r.vars["index"] == "" {
+		c.mu.RLock()
+		for _, ix := range c.indices {
+			indices = append(indices, ix)
+		}
+		c.mu.RUnlock()
+		sort.Slice(indices, func(i, j int) bool { return indices[i].name < indices[j].name })
+	} else {
+		o := expandOpts{open: true, ignoreUnavailable: true, allowNoIndices: true, allowAliases: true, allowDataStreams: true}
+		var e *esError
+		if indices, _, e = c.indicesForRequest(r, o, true); e != nil {
+			return reply{}, e
+		}
+	}
+	out := newOrderedMap()
+	c.mu.RLock()
+	for _, ix := range indices {
+		state := "open"
+		if ix.closed {
+			state = "close"
+		}
+		mappings := obj()
+		if len(ix.mappings) > 0 {
+			mappings = obj("_doc", ix.mappings)
+		}
+		terms := newOrderedMap()
+		for _, s := range ix.shards {
+			s.mu.RLock()
+			terms.set(strconv.Itoa(s.num), s.term)
+			s.mu.RUnlock()
+		}
+		aliases := []any{}
+		for _, a := range ix.aliasNames() {
+			aliases = append(aliases, a)
+		}
+		out.set(ix.name, obj("version", 1, "mapping_version", 1, "settings_version", 1, "aliases_version", 1,
+			"routing_num_shards", ix.settings.routingShards, "state", state, "settings", c.settingsObject(ix, flat, nil),
+			"mappings", mappings, "aliases", aliases, "primary_terms", terms, "system", ix.system))
+	}
+	c.mu.RUnlock()
+	md := obj("cluster_uuid", c.uuid, "cluster_uuid_committed", true, "templates", obj(), "indices", out,
+		"index-graveyard", obj("tombstones", []any{}))
+	return reply{status: 200, body: obj("cluster_name", c.cfg.ClusterName, "cluster_uuid", c.uuid, "metadata", md)}, nil
+}

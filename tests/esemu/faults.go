@@ -27,11 +27,13 @@ const (
 	KindTemplate   = "template"
 	KindDataStream = "data_stream"
 	KindRollover   = "rollover"
+	// KindClusterState is GET /_cluster/state (index metadata).
+	KindClusterState = "cluster_state"
 )
 
 var faultKinds = []string{KindAny, KindRoot, KindHealth, KindIndices, KindDoc, KindBulk, KindRefresh,
 	KindStats, KindSearch, KindCount, KindScroll, KindPIT, KindResolve, KindAlias, KindTemplate,
-	KindDataStream, KindRollover}
+	KindDataStream, KindRollover, KindClusterState}
 
 // Fault makes the next Count requests of a kind misbehave.
 type Fault struct {

@@ -68,6 +68,9 @@ func (c *Cluster) routes() []route {
 	add("GET", "/{index}/_stats", KindStats, "level forbid_closed_indices groups completion_fields fielddata_fields fields include_segment_file_sizes include_unloaded_segments "+pIndicesOpts, apiStats)
 	add("GET", "/{index}/_stats/{metric}", KindStats, "level forbid_closed_indices groups completion_fields fielddata_fields fields include_segment_file_sizes include_unloaded_segments "+pIndicesOpts, apiStats)
 
+	add("GET", "/_cluster/state/{metric}", KindClusterState, "flat_settings local wait_for_metadata_version wait_for_timeout "+pIndicesOpts+" "+pMaster, apiClusterState)
+	add("GET", "/_cluster/state/{metric}/{index}", KindClusterState, "flat_settings local wait_for_metadata_version wait_for_timeout "+pIndicesOpts+" "+pMaster, apiClusterState)
+
 	add("GET", "/_resolve/index/{name}", KindResolve, pIndicesOpts+" mode", apiResolve)
 
 	add("POST", "/_aliases", KindAlias, pMaster, apiAliasActions)
