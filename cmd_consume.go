@@ -47,6 +47,7 @@ func consumeCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "http-header", Usage: `http sink: a header "Name: value" sent with every request (repeatable)`, Sources: cli.EnvVars("ESCF_HTTP_HEADER")},
 			&cli.StringSliceFlag{Name: "bulk-es", Usage: "bulk sink: the target cluster's URL (repeatable)", Sources: cli.EnvVars("ESCF_BULK_ES_URL")},
 			&cli.StringFlag{Name: "bulk-index", Value: sink.DefaultBulkIndexTemplate, Usage: "bulk sink: target index name template ({index}, {index_uuid})", Sources: cli.EnvVars("ESCF_BULK_INDEX")},
+			&cli.StringFlag{Name: "bulk-positions-index", Value: sink.DefaultBulkPositionsIndex, Usage: "bulk sink: the target index where the sink records how far it applied the stream (checked at start: a feed's Redis that lost entries the mirror applied is history lost)", Sources: cli.EnvVars("ESCF_BULK_POSITIONS_INDEX")},
 			&cli.DurationFlag{Name: "bulk-tombstone-keep", Value: idempotency.DefaultTombstoneKeep, Usage: "bulk sink: how long a delete is remembered in Redis, so that an older upsert applied later cannot bring the document back once the target forgot the delete (index.gc_deletes)", Sources: cli.EnvVars("ESCF_BULK_TOMBSTONE_KEEP")},
 			&cli.StringFlag{Name: "cache-key", Value: sink.DefaultRedisKey, Usage: "redis sink: key template ({index}, {index_uuid}, {shard}, {id}, {routing})", Sources: cli.EnvVars("ESCF_CACHE_KEY")},
 			&cli.StringFlag{Name: "cache-mode", Value: string(sink.DefaultRedisMode), Usage: "redis sink: del (invalidate) or set (write the document)", Sources: cli.EnvVars("ESCF_CACHE_MODE")},
@@ -207,7 +208,7 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 var sinkFlags = map[string][]string{
 	"file":  {"file-path", "file-max-bytes", "file-keep"},
 	"http":  {"http-url", "http-timeout", "http-header"},
-	"bulk":  append([]string{"bulk-es", "bulk-index", "bulk-tombstone-keep"}, clusterFlagNames("bulk")...),
+	"bulk":  append([]string{"bulk-es", "bulk-index", "bulk-positions-index", "bulk-tombstone-keep"}, clusterFlagNames("bulk")...),
 	"redis": append([]string{"cache-key", "cache-mode", "cache-ttl"}, redisFlagNames("cache-redis")...),
 }
 
@@ -278,7 +279,7 @@ func newSink(ctx context.Context, cmd *cli.Command, rdb redis.UniversalClient, k
 		}
 		log.Info("bulk sink: connected to "+info.String(), logkey.Cluster, info.ClusterName, logkey.URLs, client.URLs())
 		s, err := sink.NewBulk(sink.BulkConfig{ES: client, Redis: rdb, Keys: keys, Partitions: partitions, IndexTemplate: cmd.String("bulk-index"),
-			TombstoneKeep: cmd.Duration("bulk-tombstone-keep"), Logger: log})
+			TombstoneKeep: cmd.Duration("bulk-tombstone-keep"), PositionsIndex: cmd.String("bulk-positions-index"), Logger: log})
 		return s, wrapUsage("bulk", err)
 	case "redis":
 		cfg := sink.RedisConfig{Key: cmd.String("cache-key"), Mode: sink.RedisMode(cmd.String("cache-mode")), TTL: cmd.Duration("cache-ttl")}

@@ -26,10 +26,11 @@ import (
 
 // Defaults of BulkConfig.
 const (
-	DefaultBulkIndexTemplate = "{index}"
-	DefaultBulkMaxBatch      = 500
-	DefaultBulkMaxWait       = 5 * time.Millisecond
-	DefaultBulkMaxBytes      = 5 << 20
+	DefaultBulkIndexTemplate  = "{index}"
+	DefaultBulkPositionsIndex = "escf-applied"
+	DefaultBulkMaxBatch       = 500
+	DefaultBulkMaxWait        = 5 * time.Millisecond
+	DefaultBulkMaxBytes       = 5 << 20
 )
 
 // The layout of the external versions the bulk sink writes (see BulkVersion).
@@ -72,6 +73,12 @@ type BulkConfig struct {
 	// forgot the delete (index.gc_deletes, 60s by default). Default
 	// idempotency.DefaultTombstoneKeep (24h).
 	TombstoneKeep time.Duration
+	// PositionsIndex is the target index where the sink records how far
+	// it applied each stream for each group (redisx.Positions): one
+	// document "<stream>|<group>" with fields lead and low, written before
+	// the entries are handed on, durable when acknowledged. Default
+	// "escf-applied" (DefaultBulkPositionsIndex).
+	PositionsIndex string
 	// IndexTemplate names the target index of an event. Placeholders:
 	// {index} (the source index name) and {index_uuid} (lowercased: index
 	// names are lowercase; not first: a uuid may start with '-' or '_').
@@ -239,6 +246,9 @@ type Bulk struct {
 	targets map[string]*bulkTarget // target index name -> layout
 	warned  map[string]bool
 
+	posMu sync.Mutex
+	pos   map[string]bulkPosition // "<stream>|<group>" -> as last read or written
+
 	requests, applied, conflicts, failed atomic.Int64
 
 	// joined, when not nil, is called by the batching goroutine each time
@@ -261,6 +271,9 @@ func NewBulk(cfg BulkConfig) (*Bulk, error) {
 	}
 	if cfg.IndexTemplate == "" {
 		cfg.IndexTemplate = DefaultBulkIndexTemplate
+	}
+	if cfg.PositionsIndex == "" {
+		cfg.PositionsIndex = DefaultBulkPositionsIndex
 	}
 	if cfg.MaxBatch == 0 {
 		cfg.MaxBatch = DefaultBulkMaxBatch
@@ -302,7 +315,7 @@ func NewBulk(cfg BulkConfig) (*Bulk, error) {
 	b := &Bulk{
 		cfg: cfg, tmpl: tmpl, log: cfg.Logger.With(logkey.Sink, "bulk", logkey.Target, cfg.ES.URLs()),
 		in: make(chan *bulkPending), quit: make(chan struct{}), done: make(chan struct{}),
-		ctx: ctx, cancel: cancel, gens: map[string]int64{},
+		ctx: ctx, cancel: cancel, gens: map[string]int64{}, pos: map[string]bulkPosition{},
 		stores: stores, tombstones: tombs,
 		sources: map[string]*bulkSource{}, targets: map[string]*bulkTarget{}, warned: map[string]bool{},
 	}

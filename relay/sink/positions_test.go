@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	"github.com/es-changefeed/es-changefeed/redisx"
+	"github.com/es-changefeed/es-changefeed/relay/es"
 	"github.com/es-changefeed/es-changefeed/relay/sink"
+	"github.com/es-changefeed/es-changefeed/tests/esemu"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
 
@@ -29,6 +31,20 @@ func TestPositions_Contract(t *testing.T) {
 			srv := redistest.Start(tb)
 			return func(tb testing.TB) redisx.Positions {
 				return newRedisSink(tb, srv.Client(tb), sink.RedisConfig{})
+			}
+		}},
+		{name: "bulk", open: func(tb testing.TB) func(tb testing.TB) redisx.Positions {
+			target, err := esemu.New(esemu.Config{})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			tb.Cleanup(func() { target.Close() })
+			return func(tb testing.TB) redisx.Positions {
+				client, err := es.New(es.Config{URLs: []string{target.URL()}})
+				if err != nil {
+					tb.Fatal(err)
+				}
+				return newBulkEnvFor(tb, target, client, nil).sink
 			}
 		}},
 		{name: "file", open: func(tb testing.TB) func(tb testing.TB) redisx.Positions {
