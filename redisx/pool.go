@@ -440,6 +440,14 @@ func (p *Pool) Run(ctx context.Context, h Handler) error {
 
 // historyLost records the first loss found and stops reading.
 func (p *Pool) historyLost(err error) {
+	if p.stopWith(err, "history lost: stopping") {
+		p.recordLost(err)
+	}
+}
+
+// stopWith makes err what Run returns and stops reading, if it is the
+// first such error (reported true).
+func (p *Pool) stopWith(err error, msg string) bool {
 	p.lostMu.Lock()
 	first := p.lost == nil
 	if first {
@@ -447,12 +455,12 @@ func (p *Pool) historyLost(err error) {
 	}
 	p.lostMu.Unlock()
 	if first {
-		p.log.Error("history lost: stopping", logkey.Error, err.Error())
+		p.log.Error(msg, logkey.Error, err.Error())
 		if p.stopReading != nil {
 			p.stopReading()
 		}
-		p.recordLost(err)
 	}
+	return first
 }
 
 // recordLost writes the loss to the feed's lost hash (the first one stays),

@@ -74,6 +74,9 @@ func (p *Pool) startApplied(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if IsPermanent(err) {
+			return fmt.Errorf("read the sink's applied position: %w", err)
+		}
 		d := bo.Next()
 		p.redisFailed(began, "cannot read the sink's applied position; retrying", err, logkey.RetryIn, d.String())
 		sleepCtx(ctx, d)
@@ -267,6 +270,10 @@ func (p *Pool) advance(ctx context.Context, msgs []redis.XMessage) bool {
 			if err == nil {
 				p.redisOK(began)
 				break
+			}
+			if IsPermanent(err) {
+				p.stopWith(fmt.Errorf("record the sink's applied position: %w", err), "cannot record the sink's applied position: stopping")
+				return false
 			}
 			if actx.Err() != nil {
 				p.log.Warn("cannot record the sink's applied position: the entries read stay pending", logkey.Error, err.Error())

@@ -97,7 +97,7 @@ func (b *Bulk) Reset(ctx context.Context, stream, group string, p redisx.Positio
 func (b *Bulk) readPosition(ctx context.Context, stream, group string) (bulkPosition, error) {
 	d, err := b.cfg.ES.GetDoc(ctx, b.cfg.PositionsIndex, stream+"|"+group)
 	if err != nil {
-		return bulkPosition{}, fmt.Errorf("bulk sink: read the applied position from %s: %w", b.cfg.PositionsIndex, err)
+		return bulkPosition{}, bulkPositionsErr(fmt.Errorf("bulk sink: read the applied position from %s: %w", b.cfg.PositionsIndex, err))
 	}
 	cur := bulkPosition{found: d.Found, seqNo: d.SeqNo, term: d.PrimaryTerm}
 	if d.Found {
@@ -121,8 +121,17 @@ func (b *Bulk) writePosition(ctx context.Context, stream, group string, p redisx
 	seq, term, err := b.cfg.ES.PutDoc(ctx, b.cfg.PositionsIndex, stream+"|"+group,
 		bulkPositionDoc{Stream: stream, Group: group, Lead: p.Lead, Low: p.Low}, ifSeq, cur.term)
 	if err != nil {
-		return fmt.Errorf("bulk sink: record the applied position in %s: %w", b.cfg.PositionsIndex, err)
+		return bulkPositionsErr(fmt.Errorf("bulk sink: record the applied position in %s: %w", b.cfg.PositionsIndex, err))
 	}
 	b.pos[stream+"|"+group] = bulkPosition{pos: p, found: true, seqNo: seq, term: term}
 	return nil
+}
+
+// bulkPositionsErr marks a refusal of the target (401, 403: the user may
+// not read or write PositionsIndex) permanent: retrying cannot help.
+func bulkPositionsErr(err error) error {
+	if errors.Is(err, es.ErrUnauthorized) {
+		return redisx.Permanent(err)
+	}
+	return err
 }

@@ -280,7 +280,7 @@ func (s *Redis) Applied(ctx context.Context, stream, group string) (redisx.Posit
 		return redisx.Position{}, nil
 	}
 	if err != nil {
-		return redisx.Position{}, fmt.Errorf("redis sink: read the applied position from %s: %w", s.cfg.PositionsKey, err)
+		return redisx.Position{}, positionsErr(fmt.Errorf("redis sink: read the applied position from %s: %w", s.cfg.PositionsKey, err))
 	}
 	lead, low, _ := strings.Cut(v, " ")
 	return redisx.Position{Lead: lead, Low: low}, nil
@@ -293,7 +293,7 @@ func (s *Redis) Advance(ctx context.Context, stream, group string, p redisx.Posi
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("redis sink: record the applied position in %s: %w", s.cfg.PositionsKey, err)
+		return positionsErr(fmt.Errorf("redis sink: record the applied position in %s: %w", s.cfg.PositionsKey, err))
 	}
 	held, _ := v.(string)
 	lead, low, _ := strings.Cut(held, " ")
@@ -303,9 +303,18 @@ func (s *Redis) Advance(ctx context.Context, stream, group string, p redisx.Posi
 // Reset sets the recorded position (redisx.Positions).
 func (s *Redis) Reset(ctx context.Context, stream, group string, p redisx.Position) error {
 	if err := s.client.HSet(ctx, s.cfg.PositionsKey, stream+"|"+group, p.Lead+" "+p.Low).Err(); err != nil {
-		return fmt.Errorf("redis sink: reset the applied position in %s: %w", s.cfg.PositionsKey, err)
+		return positionsErr(fmt.Errorf("redis sink: reset the applied position in %s: %w", s.cfg.PositionsKey, err))
 	}
 	return nil
+}
+
+// positionsErr marks a refusal of the cache's Redis (NOPERM: the user may
+// not use PositionsKey) permanent: retrying cannot help.
+func positionsErr(err error) error {
+	if redisx.IsNoPerm(err) {
+		return redisx.Permanent(err)
+	}
+	return err
 }
 
 // advancePositionScript raises field ARGV[1] of hash KEYS[1] ("<lead>

@@ -310,9 +310,15 @@ func TestMetrics_ScrapedDuringMirror(t *testing.T) {
 	}
 	waitCaughtUp(t, src, storeFor(t, srv, "m"), []string{orders}, 10*time.Second)
 	get := func(url string) (int, string) {
+		// The consumer serves its metrics once it found the feed (it may
+		// start before the relay: --wait-for-feed).
 		resp, err := http.Get(url)
+		for deadline := time.Now().Add(10 * time.Second); err != nil && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Millisecond)
+			resp, err = http.Get(url)
+		}
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%v\nrelay:\n%s\nconsumer:\n%s", err, r.out, cons.out)
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
