@@ -1,7 +1,7 @@
 # es-changefeed — build and test.
 #
-#   make test    install redis-server, docker-compose, promtool, a JDK 17 and
-#                Maven if missing, check compose/prometheus/ with promtool,
+#   make test    install redis-server, a C compiler, docker-compose,
+#                promtool, a JDK 17 and Maven if missing, check compose/prometheus/ with promtool,
 #                then go test -race ./... (the emulator; compose/*.yml
 #                checked with docker-compose, the metric names of the
 #                dashboard and alerts against a running relay and consumer;
@@ -30,7 +30,7 @@
 GO ?= go
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: test test-engines golden bench vet redis-server docker-compose promtool rules java examples build fuzz reliability
+.PHONY: test test-engines golden bench vet redis-server cc docker-compose promtool rules java examples build fuzz reliability
 
 build:
 	$(GO) build ./...
@@ -42,6 +42,16 @@ redis-server:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server >/dev/null; \
 	}
 	@redis-server --version
+
+# A C compiler builds the slow-fsync LD_PRELOAD shim of tests/redistest
+# (appendfsync everysec losing acknowledged commits on every kill).
+cc:
+	@command -v cc >/dev/null 2>&1 || { \
+		echo "a C compiler is missing: installing gcc with apt-get"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null; \
+	}
+	@cc --version | head -1
 
 # Debian's docker-compose (v1.29) checks compose/*.yml with `config -q`;
 # that needs no Docker engine (hence no recommended packages).
@@ -119,7 +129,7 @@ ENGINE_JOBS ?= 1
 # A go test -skip pattern for make test-engines (none by default).
 ENGINE_SKIP ?=
 
-test: redis-server docker-compose promtool java examples vet rules
+test: redis-server cc docker-compose promtool java examples vet rules
 	ESCF_REQUIRE_COMPOSE=1 $(GO) test -race -count=1 -timeout 15m $$($(GO) list ./... | grep -v '/tests/engines$$')
 	@$(MAKE) --no-print-directory engine-opensearch-2 RACE=-race
 
@@ -133,7 +143,7 @@ engine-%:
 	$(GO) run ./tests/figures summary $(ENGINE_RESULTS)/$*.json "[$*] " || st=1; \
 	exit $$st
 
-test-engines: redis-server java
+test-engines: redis-server cc java
 	@status=0; $(MAKE) --no-print-directory -k -j$(ENGINE_JOBS) $(addprefix engine-,$(ENGINES)) || status=1; \
 	$(GO) run ./tests/figures compat $(ENGINE_RESULTS) docs/COMPATIBILITY.md && echo "docs/COMPATIBILITY.md written from $(ENGINE_RESULTS)"; \
 	exit $$status
@@ -157,7 +167,7 @@ fuzz:
 RUNS ?= 1
 FIGURES ?= /tmp/escf-figures.jsonl
 
-reliability: redis-server
+reliability: redis-server cc
 	@rm -f $(FIGURES)
 	ESCF_FIGURES=$(FIGURES) $(GO) test -count=$(RUNS) -timeout 60m -run 'TestReliability|TestAudit' ./tests/e2e/
 	$(GO) run ./tests/figures $(FIGURES)
