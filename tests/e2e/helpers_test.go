@@ -202,6 +202,16 @@ func startRelay(tb testing.TB, c backend, redisURL, feedName string, indices []s
 // nil (it may adjust the scanner's config; the interval defaults to 100ms).
 func startRelayDeletes(tb testing.TB, c backend, redisURL, feedName string, indices []string, dmod func(*deletes.Config), mod func(*relay.Config)) *feed {
 	tb.Helper()
+	return startRelayLease(tb, c, redisURL, feedName, indices, time.Second, dmod, mod)
+}
+
+// startRelayLease is startRelayDeletes with a lease of the given TTL. The
+// 1 s of the others makes takeovers quick, but a relay that a loaded
+// machine stalls for 2/3 of it loses the lease and starts its index loops
+// again: a test that counts what a relay asks in its steady state gives it
+// the default TTL.
+func startRelayLease(tb testing.TB, c backend, redisURL, feedName string, indices []string, ttl time.Duration, dmod func(*deletes.Config), mod func(*relay.Config)) *feed {
+	tb.Helper()
 	opt, err := redis.ParseURL(redisURL)
 	if err != nil {
 		tb.Fatal(err)
@@ -209,7 +219,7 @@ func startRelayDeletes(tb testing.TB, c backend, redisURL, feedName string, indi
 	rdb := redis.NewClient(opt)
 	tb.Cleanup(func() { rdb.Close() })
 	keys := redisx.NewKeys(feedName)
-	lease, err := redisx.NewLease(redisx.LeaseConfig{Client: rdb, Key: keys.Lease(), TTL: time.Second, Owner: "test"})
+	lease, err := redisx.NewLease(redisx.LeaseConfig{Client: rdb, Key: keys.Lease(), TTL: ttl, Owner: "test"})
 	if err != nil {
 		tb.Fatal(err)
 	}
