@@ -139,6 +139,49 @@ func xrangeIDs(tb testing.TB, rdb *redis.Client, stream string) map[string]bool 
 	return out
 }
 
+// trimmedTo waits until the relay's trims brought the stream down to want
+// entries or fewer, then for 2 more of its XTRIMs (INFO commandstats: the
+// relay is the only client that trims): the second comes from a pass that
+// read the groups after the first, so the stream is what the groups' state
+// leaves, however long the trims took to come on a loaded machine.
+func trimmedTo(tb testing.TB, rdb *redis.Client, stream string, want int64) {
+	tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for rdb.XLen(context.Background(), stream).Val() > want {
+		if time.Now().After(deadline) {
+			tb.Fatalf("the stream still has %d entries 30 s after the acks; want %d", rdb.XLen(context.Background(), stream).Val(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for n := commandCalls(tb, rdb, "xtrim"); commandCalls(tb, rdb, "xtrim") < n+2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("no 2 more XTRIM within 30 s")
+		}
+	}
+}
+
+// commandCalls is how many times Redis ran the command (INFO
+// commandstats).
+func commandCalls(tb testing.TB, rdb *redis.Client, command string) int64 {
+	tb.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":calls=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+		if err != nil {
+			tb.Fatalf("INFO commandstats: %q: %v", line, err)
+		}
+		return n
+	}
+	return 0
+}
+
 // TestTrim_NeverRemovesUnacked: two groups read at different speeds, one
 // holds entries pending; trimming removes only what every group acked, and
 // the slower group bounds it.
@@ -176,7 +219,7 @@ func TestTrim_NeverRemovesUnacked(t *testing.T) {
 	slow := read("slow", 50)
 	rdb.XAck(ctx, stream, "slow", slow[:30]...)
 	before := xrangeIDs(t, rdb, stream)
-	time.Sleep(300 * time.Millisecond) // several trims
+	trimmedTo(t, rdb, stream, 70)
 	after := xrangeIDs(t, rdb, stream)
 	// Everything slow has not acked (pending 20, unread 50) must remain:
 	// the oldest pending entry of the slow group bounds the trim.
@@ -192,7 +235,7 @@ func TestTrim_NeverRemovesUnacked(t *testing.T) {
 	rdb.XAck(ctx, stream, "slow", slow[30:]...)
 	rest := read("slow", 50)
 	rdb.XAck(ctx, stream, "slow", rest...)
-	time.Sleep(300 * time.Millisecond)
+	trimmedTo(t, rdb, stream, 21)
 	// The trim keeps each group's last delivered entry (a lost history is
 	// then told by ids): the fast group's 80th, and its unread 20.
 	if got := len(xrangeIDs(t, rdb, stream)); got != 21 {
@@ -410,7 +453,13 @@ func TestTrim_NoGroupKeepsMaxStreamLen(t *testing.T) {
 		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/%d", c.URL(), nogroup, i), `{}`)
 	}
 	waitCaughtUp(t, c, f.store, []string{nogroup}, 10*time.Second)
-	time.Sleep(300 * time.Millisecond)
+	// Without groups the relay trims with XTRIM MAXLEN once the stream is
+	// longer than --max-stream-len: wait for that, not for a time.
+	for deadline := time.Now().Add(30 * time.Second); f.rdb.XLen(context.Background(), f.keys.Events()).Val() > 30; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d entries 30 s after catching up; want the newest 30", f.rdb.XLen(context.Background(), f.keys.Events()).Val())
+		}
+	}
 	evs := entries(t, f.rdb, f.keys.Events())
 	if len(evs) != 30 || evs[len(evs)-1].ID != "99" {
 		t.Fatalf("%d entries kept (last %q); want the newest 30", len(evs), evs[len(evs)-1].ID)
