@@ -505,6 +505,38 @@ func metricValue(tb testing.TB, addr, name string) (v float64, ok bool) {
 	return 0, false
 }
 
+// waitResolutions waits until the relay binary p, serving /metrics on
+// addr, began its n-th resolution of the targets
+// (escf_target_resolutions_total): everything the earlier ones log is
+// logged by then. It fails if p exits first.
+func waitResolutions(tb testing.TB, p *proc, addr string, n float64) {
+	tb.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if !binaryRunning(p) {
+			tb.Fatalf("the relay exited:\n%s", tail(p.out.String(), 20))
+		}
+		if v, ok := metricValue(tb, addr, "escf_target_resolutions_total"); ok && v >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the relay did not resolve its targets %.0f times within 60 s:\n%s", n, tail(p.out.String(), 20))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitOutput waits until out holds want (a line a process or a relay
+// logs), failing after timeout with out.
+func waitOutput(tb testing.TB, out fmt.Stringer, want string, timeout time.Duration) {
+	tb.Helper()
+	for deadline := time.Now().Add(timeout); !strings.Contains(out.String(), want); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("no %q within %s:\n%s", want, timeout, out)
+		}
+	}
+}
+
 // waitMetric waits until addr serves name with a value ok accepts.
 func waitMetric(tb testing.TB, addr, name string, ok func(float64) bool, timeout time.Duration) float64 {
 	tb.Helper()
