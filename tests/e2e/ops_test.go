@@ -411,7 +411,9 @@ func TestMetrics_ScrapedDuringMirror(t *testing.T) {
 // TestStatus_OnRunningDemo: status reads the demo's embedded Redis while the
 // demo runs (text and JSON) and reports its lease, shards and stream.
 func TestStatus_OnRunningDemo(t *testing.T) {
-	p := startBinary(t, "demo", "--duration", "6s", "--log-level", "warn")
+	// The demo writes for a minute (it is killed when the test ends): the
+	// checks below run while it writes, however slowly it starts.
+	p := startBinary(t, "demo", "--duration", "1m", "--log-level", "warn")
 	deadline := time.Now().Add(10 * time.Second)
 	addr := ""
 	for addr == "" && time.Now().Before(deadline) {
@@ -426,14 +428,28 @@ func TestStatus_OnRunningDemo(t *testing.T) {
 	if addr == "" {
 		t.Fatalf("no Redis address in the demo's output:\n%s", p.out)
 	}
-	time.Sleep(2 * time.Second)
-	code, out := runBinary(t, 30*time.Second, "status", "--redis", "redis://"+addr+"/0", "--feed", "demo")
-	if code != 0 || !strings.Contains(out, "feed demo: healthy") || !strings.Contains(out, "demo-orders") || !strings.Contains(out, "lease: held by demo/") {
-		t.Fatalf("status on the running demo: exit %d\n%s", code, out)
+	// Until the demo's relay leads, follows the index and wrote entries,
+	// status rightly says otherwise: ask until it says so (or 30 s).
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		code, out := runBinary(t, 30*time.Second, "status", "--redis", "redis://"+addr+"/0", "--feed", "demo")
+		if code == 0 && strings.Contains(out, "feed demo: healthy") && strings.Contains(out, "demo-orders") && strings.Contains(out, "lease: held by demo/") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status on the running demo: exit %d\n%s\ndemo:\n%s", code, out, tail(p.out.String(), 20))
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	code, rep, _ := statusJSON(t, "--redis", "redis://"+addr+"/0", "--feed", "demo")
-	if code != 0 || rep["stream"].(map[string]any)["length"].(float64) == 0 || len(rep["indices"].([]any)) != 1 {
-		t.Fatalf("status --json on the running demo: exit %d, %v", code, rep)
+	for {
+		code, rep, _ := statusJSON(t, "--redis", "redis://"+addr+"/0", "--feed", "demo")
+		if code == 0 && rep["stream"].(map[string]any)["length"].(float64) > 0 && len(rep["indices"].([]any)) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status --json on the running demo: exit %d, %v", code, rep)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
