@@ -453,13 +453,23 @@ func TestTargets_ClosedIndexSkippedThenResumed(t *testing.T) {
 			mustDo(t, "PUT", c.URL()+"/"+shut1, `{"settings":{"number_of_shards":1,"number_of_replicas":0},"aliases":{"`+c.Index("shut-alias")+`":{}}}`)
 			srv := redistest.Start(t)
 			logs := &lockedLog{}
+			reg := prometheus.NewRegistry()
 			f := startRelay(t, c, srv.URL(), "closed", []string{expr}, func(cfg *relay.Config) {
 				cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+				cfg.Metrics = reg
 			})
 			mustDo(t, "PUT", c.URL()+"/"+shut1+"/_doc/a", `{}`)
 			waitCaughtUp(t, c, f.store, []string{shut1}, 10*time.Second)
 			mustDo(t, "POST", c.URL()+"/"+shut1+"/_close", "")
-			time.Sleep(500 * time.Millisecond) // ~10 rounds
+			// The relay saw it closed, then resolved the targets 5 times
+			// more while it stayed closed (and warned no more).
+			waitOutput(t, logs, "index is closed", 30*time.Second)
+			resolutions := counterValue(t, reg, "escf_target_resolutions_total")
+			for deadline := time.Now().Add(30 * time.Second); counterValue(t, reg, "escf_target_resolutions_total") < resolutions+5; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("5 more resolutions not within 30 s")
+				}
+			}
 			mustDo(t, "POST", c.URL()+"/"+shut1+"/_open", "")
 			mustDo(t, "PUT", c.URL()+"/"+shut1+"/_doc/b", `{}`)
 			waitCaughtUp(t, c, f.store, []string{shut1}, 10*time.Second)
