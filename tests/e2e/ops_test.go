@@ -370,7 +370,7 @@ func TestMetrics_ScrapedDuringMirror(t *testing.T) {
 	}
 	for _, name := range []string{`escf_events_written_total{op="upsert"}`, `escf_events_written_total{op="delete"}`, "escf_commits_total",
 		"escf_commit_duration_seconds_bucket", `escf_shard_checkpoint{index="` + orders + `",shard="0"}`, `escf_shard_global_checkpoint{index="` + orders + `",shard="1"}`,
-		"escf_rounds_total", `escf_delete_scans_total{result="saved_by_gap_proof"}`, `escf_delete_ranges_total{result="compared"}`,
+		"escf_rounds_total", "escf_poll_ticks_total", "escf_target_resolutions_total", `escf_delete_scans_total{result="saved_by_gap_proof"}`, `escf_delete_ranges_total{result="compared"}`,
 		"escf_delete_listed_ids_total", "escf_stream_entries", "escf_lease_held 1", "escf_backpressure 0",
 		"escf_dead_letter_entries"} {
 		if !strings.Contains(body, name) {
