@@ -68,15 +68,21 @@ func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) e
 	b := r.newBackoff()
 	cur := cursor{target: target, fromNow: fromNow}
 	defer cur.dropPending(r)
+	onTick := false // this round is the one nextTick woke for
 	for {
 		if r.paused.Load() && len(cur.pending) == 0 {
 			// Backpressure: the cluster keeps the changes; the cursor waits.
 			if !sleep(ctx, r.cfg.PollInterval) {
 				return nil
 			}
+			onTick = false
 			continue
 		}
 		r.m.rounds.Inc()
+		if onTick {
+			r.stats.roundOnTick()
+		}
+		onTick = false
 		note := r.roundNote()
 		err := r.round(ctx, name, &cur)
 		if ctx.Err() != nil {
@@ -131,7 +137,7 @@ func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) e
 		if !r.stats.nextTick(ctx) {
 			return nil
 		}
-		cur.late = false
+		cur.late, onTick = false, true
 	}
 }
 

@@ -30,6 +30,8 @@ type metrics struct {
 	checkpoint   *prometheus.GaugeVec
 	gcp          *prometheus.GaugeVec
 	rounds       prometheus.Counter
+	ticks        prometheus.Counter
+	resolutions  prometheus.Counter
 	errors       *prometheus.CounterVec
 	backpressure prometheus.Gauge
 	leaseHeld    prometheus.Gauge
@@ -47,6 +49,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "The primary's global checkpoint per shard, as last read."}, []string{"index", "shard"}),
 		rounds: prometheus.NewCounter(prometheus.CounterOpts{Name: "escf_rounds_total",
 			Help: "Relay rounds run (over all indices)."}),
+		ticks: prometheus.NewCounter(prometheus.CounterOpts{Name: "escf_poll_ticks_total",
+			Help: "Poll ticks on which index rounds began (once per tick, whatever the number of indices). Fewer than one per poll interval: rounds take longer than the poll interval."}),
+		resolutions: prometheus.NewCounter(prometheus.CounterOpts{Name: "escf_target_resolutions_total",
+			Help: "Resolutions of the target expressions (--index), one per poll interval."}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escf_errors_total",
 			Help: "Failed rounds, by component (es, redis) and kind (HTTP status, connection, ...)."}, []string{"component", "kind"}),
 		backpressure: prometheus.NewGauge(prometheus.GaugeOpts{Name: "escf_backpressure",
@@ -57,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Stream entries removed by safe trimming."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.checkpoint, m.gcp, m.rounds,
+		for _, c := range []prometheus.Collector{m.checkpoint, m.gcp, m.rounds, m.ticks, m.resolutions,
 			m.errors, m.backpressure, m.leaseHeld, m.trimmed} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register the relay's metrics: %w", err)

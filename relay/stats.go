@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/es-changefeed/es-changefeed/relay/es"
@@ -24,6 +25,7 @@ type statsBatcher struct {
 	open   *statsBatch // the batch waiting for its window to pass
 	epoch  time.Time   // the ticks are epoch + k × PollInterval
 	window time.Duration
+	began  atomic.Int64 // the last tick counted by roundOnTick, +1
 }
 
 type statsBatch struct {
@@ -102,6 +104,22 @@ func (b *statsBatcher) nextTick(ctx context.Context) bool {
 		d += p // a round ending just before a tick waits for the next one
 	}
 	return sleep(ctx, d)
+}
+
+// roundOnTick counts the tick now in escf_poll_ticks_total when it is the
+// first round to begin on it (a round that nextTick woke for).
+func (b *statsBatcher) roundOnTick() {
+	k := b.tick() + 1
+	for {
+		last := b.began.Load()
+		if k <= last {
+			return
+		}
+		if b.began.CompareAndSwap(last, k) {
+			b.r.m.ticks.Inc()
+			return
+		}
+	}
 }
 
 // tick is the number of the poll tick now (ticks are epoch + k ×

@@ -72,6 +72,7 @@ func (r *Relay) followTargets(ctx context.Context) error {
 	b := r.newBackoff()
 	endedVanished := false // once, after the first resolution
 	for {
+		r.m.resolutions.Inc()
 		want, closed, err := r.resolveTargets(ctx, said)
 		if err != nil {
 			// A node that died under the request, a 5xx, a 429: retried

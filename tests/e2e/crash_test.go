@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"sync"
@@ -92,6 +93,61 @@ func waitHolder(tb testing.TB, get func(context.Context, string) *redis.StringCm
 	}
 	tb.Fatalf("lease %s still %q after %s", key, old, timeout)
 	return ""
+}
+
+// redisNow is Redis's clock (TIME).
+func redisNow(tb testing.TB, rdb *redis.Client) time.Time {
+	tb.Helper()
+	now, err := rdb.Time(context.Background()).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return now
+}
+
+// valuesAt reads keys ("" for a missing one) and Redis's clock in one
+// transaction: what the keys held at that instant of Redis's clock.
+func valuesAt(tb testing.TB, rdb *redis.Client, keys []string) ([]string, time.Time) {
+	tb.Helper()
+	ctx := context.Background()
+	gets := make([]*redis.StringCmd, len(keys))
+	var now *redis.TimeCmd
+	if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			gets[i] = p.Get(ctx, k)
+		}
+		now = p.Time(ctx)
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		tb.Fatal(err)
+	}
+	out := make([]string, len(keys))
+	for i, g := range gets {
+		out[i] = g.Val()
+	}
+	return out, now.Val()
+}
+
+// waitTakeover waits until the lease keys hold what done accepts and
+// returns when Redis's clock first showed it, after since (Redis's clock
+// read after the holder was killed). The deadline is on Redis's clock too:
+// the test fails only on a reading that Redis took more than within after
+// since and that done refuses, so a loaded machine that polls late cannot
+// fail it, only see the takeover later.
+func waitTakeover(tb testing.TB, rdb *redis.Client, keys []string, since time.Time, within time.Duration, done func(values []string) bool) time.Duration {
+	tb.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		values, now := valuesAt(tb, rdb, keys)
+		if done(values) {
+			return now.Sub(since)
+		}
+		if now.Sub(since) > within {
+			tb.Fatalf("%s after the holder was killed (Redis's clock) the leases are still %q; want taken over within %s", now.Sub(since).Round(time.Millisecond), values, within)
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("no takeover seen within a minute (Redis's clock at %s after the kill): %q", now.Sub(since).Round(time.Millisecond), values)
+		}
+	}
 }
 
 // TestCLI_SIGTERMReleasesTheLease: SIGTERM lets the relay finish, release

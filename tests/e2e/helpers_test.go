@@ -202,6 +202,16 @@ func startRelay(tb testing.TB, c backend, redisURL, feedName string, indices []s
 // nil (it may adjust the scanner's config; the interval defaults to 100ms).
 func startRelayDeletes(tb testing.TB, c backend, redisURL, feedName string, indices []string, dmod func(*deletes.Config), mod func(*relay.Config)) *feed {
 	tb.Helper()
+	return startRelayLease(tb, c, redisURL, feedName, indices, time.Second, dmod, mod)
+}
+
+// startRelayLease is startRelayDeletes with a lease of the given TTL. The
+// 1 s of the others makes takeovers quick, but a relay that a loaded
+// machine stalls for 2/3 of it loses the lease and starts its index loops
+// again: a test that counts what a relay asks in its steady state gives it
+// the default TTL.
+func startRelayLease(tb testing.TB, c backend, redisURL, feedName string, indices []string, ttl time.Duration, dmod func(*deletes.Config), mod func(*relay.Config)) *feed {
+	tb.Helper()
 	opt, err := redis.ParseURL(redisURL)
 	if err != nil {
 		tb.Fatal(err)
@@ -209,7 +219,7 @@ func startRelayDeletes(tb testing.TB, c backend, redisURL, feedName string, indi
 	rdb := redis.NewClient(opt)
 	tb.Cleanup(func() { rdb.Close() })
 	keys := redisx.NewKeys(feedName)
-	lease, err := redisx.NewLease(redisx.LeaseConfig{Client: rdb, Key: keys.Lease(), TTL: time.Second, Owner: "test"})
+	lease, err := redisx.NewLease(redisx.LeaseConfig{Client: rdb, Key: keys.Lease(), TTL: ttl, Owner: "test"})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -493,6 +503,38 @@ func metricValue(tb testing.TB, addr, name string) (v float64, ok bool) {
 		}
 	}
 	return 0, false
+}
+
+// waitResolutions waits until the relay binary p, serving /metrics on
+// addr, began its n-th resolution of the targets
+// (escf_target_resolutions_total): everything the earlier ones log is
+// logged by then. It fails if p exits first.
+func waitResolutions(tb testing.TB, p *proc, addr string, n float64) {
+	tb.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if !binaryRunning(p) {
+			tb.Fatalf("the relay exited:\n%s", tail(p.out.String(), 20))
+		}
+		if v, ok := metricValue(tb, addr, "escf_target_resolutions_total"); ok && v >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the relay did not resolve its targets %.0f times within 60 s:\n%s", n, tail(p.out.String(), 20))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitOutput waits until out holds want (a line a process or a relay
+// logs), failing after timeout with out.
+func waitOutput(tb testing.TB, out fmt.Stringer, want string, timeout time.Duration) {
+	tb.Helper()
+	for deadline := time.Now().Add(timeout); !strings.Contains(out.String(), want); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("no %q within %s:\n%s", want, timeout, out)
+		}
+	}
 }
 
 // waitMetric waits until addr serves name with a value ok accepts.

@@ -139,6 +139,49 @@ func xrangeIDs(tb testing.TB, rdb *redis.Client, stream string) map[string]bool 
 	return out
 }
 
+// trimmedTo waits until the relay's trims brought the stream down to want
+// entries or fewer, then for 2 more of its XTRIMs (INFO commandstats: the
+// relay is the only client that trims): the second comes from a pass that
+// read the groups after the first, so the stream is what the groups' state
+// leaves, however long the trims took to come on a loaded machine.
+func trimmedTo(tb testing.TB, rdb *redis.Client, stream string, want int64) {
+	tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for rdb.XLen(context.Background(), stream).Val() > want {
+		if time.Now().After(deadline) {
+			tb.Fatalf("the stream still has %d entries 30 s after the acks; want %d", rdb.XLen(context.Background(), stream).Val(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for n := commandCalls(tb, rdb, "xtrim"); commandCalls(tb, rdb, "xtrim") < n+2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("no 2 more XTRIM within 30 s")
+		}
+	}
+}
+
+// commandCalls is how many times Redis ran the command (INFO
+// commandstats).
+func commandCalls(tb testing.TB, rdb *redis.Client, command string) int64 {
+	tb.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":calls=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+		if err != nil {
+			tb.Fatalf("INFO commandstats: %q: %v", line, err)
+		}
+		return n
+	}
+	return 0
+}
+
 // TestTrim_NeverRemovesUnacked: two groups read at different speeds, one
 // holds entries pending; trimming removes only what every group acked, and
 // the slower group bounds it.
@@ -176,7 +219,7 @@ func TestTrim_NeverRemovesUnacked(t *testing.T) {
 	slow := read("slow", 50)
 	rdb.XAck(ctx, stream, "slow", slow[:30]...)
 	before := xrangeIDs(t, rdb, stream)
-	time.Sleep(300 * time.Millisecond) // several trims
+	trimmedTo(t, rdb, stream, 70)
 	after := xrangeIDs(t, rdb, stream)
 	// Everything slow has not acked (pending 20, unread 50) must remain:
 	// the oldest pending entry of the slow group bounds the trim.
@@ -192,7 +235,7 @@ func TestTrim_NeverRemovesUnacked(t *testing.T) {
 	rdb.XAck(ctx, stream, "slow", slow[30:]...)
 	rest := read("slow", 50)
 	rdb.XAck(ctx, stream, "slow", rest...)
-	time.Sleep(300 * time.Millisecond)
+	trimmedTo(t, rdb, stream, 21)
 	// The trim keeps each group's last delivered entry (a lost history is
 	// then told by ids): the fast group's 80th, and its unread 20.
 	if got := len(xrangeIDs(t, rdb, stream)); got != 21 {
@@ -335,7 +378,7 @@ func TestMetrics_ScrapedDuringMirror(t *testing.T) {
 	}
 	for _, name := range []string{`escf_events_written_total{op="upsert"}`, `escf_events_written_total{op="delete"}`, "escf_commits_total",
 		"escf_commit_duration_seconds_bucket", `escf_shard_checkpoint{index="` + orders + `",shard="0"}`, `escf_shard_global_checkpoint{index="` + orders + `",shard="1"}`,
-		"escf_rounds_total", `escf_delete_scans_total{result="saved_by_gap_proof"}`, `escf_delete_ranges_total{result="compared"}`,
+		"escf_rounds_total", "escf_poll_ticks_total", "escf_target_resolutions_total", `escf_delete_scans_total{result="saved_by_gap_proof"}`, `escf_delete_ranges_total{result="compared"}`,
 		"escf_delete_listed_ids_total", "escf_stream_entries", "escf_lease_held 1", "escf_backpressure 0",
 		"escf_dead_letter_entries"} {
 		if !strings.Contains(body, name) {
@@ -376,7 +419,9 @@ func TestMetrics_ScrapedDuringMirror(t *testing.T) {
 // TestStatus_OnRunningDemo: status reads the demo's embedded Redis while the
 // demo runs (text and JSON) and reports its lease, shards and stream.
 func TestStatus_OnRunningDemo(t *testing.T) {
-	p := startBinary(t, "demo", "--duration", "6s", "--log-level", "warn")
+	// The demo writes for a minute (it is killed when the test ends): the
+	// checks below run while it writes, however slowly it starts.
+	p := startBinary(t, "demo", "--duration", "1m", "--log-level", "warn")
 	deadline := time.Now().Add(10 * time.Second)
 	addr := ""
 	for addr == "" && time.Now().Before(deadline) {
@@ -391,14 +436,28 @@ func TestStatus_OnRunningDemo(t *testing.T) {
 	if addr == "" {
 		t.Fatalf("no Redis address in the demo's output:\n%s", p.out)
 	}
-	time.Sleep(2 * time.Second)
-	code, out := runBinary(t, 30*time.Second, "status", "--redis", "redis://"+addr+"/0", "--feed", "demo")
-	if code != 0 || !strings.Contains(out, "feed demo: healthy") || !strings.Contains(out, "demo-orders") || !strings.Contains(out, "lease: held by demo/") {
-		t.Fatalf("status on the running demo: exit %d\n%s", code, out)
+	// Until the demo's relay leads, follows the index and wrote entries,
+	// status rightly says otherwise: ask until it says so (or 30 s).
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		code, out := runBinary(t, 30*time.Second, "status", "--redis", "redis://"+addr+"/0", "--feed", "demo")
+		if code == 0 && strings.Contains(out, "feed demo: healthy") && strings.Contains(out, "demo-orders") && strings.Contains(out, "lease: held by demo/") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status on the running demo: exit %d\n%s\ndemo:\n%s", code, out, tail(p.out.String(), 20))
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	code, rep, _ := statusJSON(t, "--redis", "redis://"+addr+"/0", "--feed", "demo")
-	if code != 0 || rep["stream"].(map[string]any)["length"].(float64) == 0 || len(rep["indices"].([]any)) != 1 {
-		t.Fatalf("status --json on the running demo: exit %d, %v", code, rep)
+	for {
+		code, rep, _ := statusJSON(t, "--redis", "redis://"+addr+"/0", "--feed", "demo")
+		if code == 0 && rep["stream"].(map[string]any)["length"].(float64) > 0 && len(rep["indices"].([]any)) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status --json on the running demo: exit %d, %v", code, rep)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -418,7 +477,13 @@ func TestTrim_NoGroupKeepsMaxStreamLen(t *testing.T) {
 		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/%d", c.URL(), nogroup, i), `{}`)
 	}
 	waitCaughtUp(t, c, f.store, []string{nogroup}, 10*time.Second)
-	time.Sleep(300 * time.Millisecond)
+	// Without groups the relay trims with XTRIM MAXLEN once the stream is
+	// longer than --max-stream-len: wait for that, not for a time.
+	for deadline := time.Now().Add(30 * time.Second); f.rdb.XLen(context.Background(), f.keys.Events()).Val() > 30; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d entries 30 s after catching up; want the newest 30", f.rdb.XLen(context.Background(), f.keys.Events()).Val())
+		}
+	}
 	evs := entries(t, f.rdb, f.keys.Events())
 	if len(evs) != 30 || evs[len(evs)-1].ID != "99" {
 		t.Fatalf("%d entries kept (last %q); want the newest 30", len(evs), evs[len(evs)-1].ID)

@@ -65,12 +65,14 @@ func (p *countingProxy) RequestCounts() map[string]int {
 	return out
 }
 
-// requestsDuring counts the requests c served during d: the total and,
-// sorted, "kind n" per kind.
-func requestsDuring(c requestCounter, d time.Duration) (int, string) {
-	q0 := c.RequestCounts()
+// requestsDuring counts the requests c served during about d: the total,
+// sorted "kind n" per kind, and the time they were counted over (a
+// loaded machine sleeps longer than d). For a figure per second; a bound
+// per poll is decided from the relay's counters (idle_test.go).
+func requestsDuring(c requestCounter, d time.Duration) (int, string, time.Duration) {
+	q0, start := c.RequestCounts(), time.Now()
 	time.Sleep(d)
-	q1 := c.RequestCounts()
+	q1, took := c.RequestCounts(), time.Since(start)
 	total := 0
 	var kinds []string
 	for k, v := range q1 {
@@ -80,7 +82,7 @@ func requestsDuring(c requestCounter, d time.Duration) (int, string) {
 		}
 	}
 	sort.Strings(kinds)
-	return total, strings.Join(kinds, ", ")
+	return total, strings.Join(kinds, ", "), took
 }
 
 // requestKind classifies a request as the emulator's routes do.

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/es-changefeed/es-changefeed/relay"
 	"github.com/es-changefeed/es-changefeed/tests/esemu"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
@@ -252,7 +255,8 @@ func TestRelay_LateCommit(t *testing.T) {
 	c := cluster(t, esemu.Config{Nodes: 2})
 	createIndex(t, c, "late", 1, 1)
 	srv := redistest.Start(t)
-	f := startRelay(t, c, srv.URL(), "late", []string{"late"}, nil)
+	reg := prometheus.NewRegistry()
+	f := startRelay(t, c, srv.URL(), "late", []string{"late"}, func(cfg *relay.Config) { cfg.Metrics = reg })
 
 	hold, err := c.Hold("late", 0)
 	if err != nil {
@@ -277,7 +281,13 @@ func TestRelay_LateCommit(t *testing.T) {
 	if st.GlobalCheckpoint != -1 {
 		t.Fatalf("gcp = %d while seq 0 is in flight, want -1", st.GlobalCheckpoint)
 	}
-	time.Sleep(500 * time.Millisecond) // ~10 relay rounds
+	// 10 rounds of the relay see the gcp below both writes.
+	rounds := counterValue(t, reg, "escf_rounds_total")
+	for deadline := time.Now().Add(30 * time.Second); counterValue(t, reg, "escf_rounds_total") < rounds+10; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("10 relay rounds not within 30 s")
+		}
+	}
 	if evs := entries(t, f.rdb, f.keys.Events()); len(evs) != 0 {
 		t.Fatalf("the relay delivered %d events above the gcp: %+v", len(evs), evs)
 	}

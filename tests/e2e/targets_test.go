@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/deletes"
 	"github.com/es-changefeed/es-changefeed/redisx"
@@ -451,13 +453,23 @@ func TestTargets_ClosedIndexSkippedThenResumed(t *testing.T) {
 			mustDo(t, "PUT", c.URL()+"/"+shut1, `{"settings":{"number_of_shards":1,"number_of_replicas":0},"aliases":{"`+c.Index("shut-alias")+`":{}}}`)
 			srv := redistest.Start(t)
 			logs := &lockedLog{}
+			reg := prometheus.NewRegistry()
 			f := startRelay(t, c, srv.URL(), "closed", []string{expr}, func(cfg *relay.Config) {
 				cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+				cfg.Metrics = reg
 			})
 			mustDo(t, "PUT", c.URL()+"/"+shut1+"/_doc/a", `{}`)
 			waitCaughtUp(t, c, f.store, []string{shut1}, 10*time.Second)
 			mustDo(t, "POST", c.URL()+"/"+shut1+"/_close", "")
-			time.Sleep(500 * time.Millisecond) // ~10 rounds
+			// The relay saw it closed, then resolved the targets 5 times
+			// more while it stayed closed (and warned no more).
+			waitOutput(t, logs, "index is closed", 30*time.Second)
+			resolutions := counterValue(t, reg, "escf_target_resolutions_total")
+			for deadline := time.Now().Add(30 * time.Second); counterValue(t, reg, "escf_target_resolutions_total") < resolutions+5; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("5 more resolutions not within 30 s")
+				}
+			}
 			mustDo(t, "POST", c.URL()+"/"+shut1+"/_open", "")
 			mustDo(t, "PUT", c.URL()+"/"+shut1+"/_doc/b", `{}`)
 			waitCaughtUp(t, c, f.store, []string{shut1}, 10*time.Second)
@@ -482,14 +494,11 @@ func TestTargets_NothingYetThenSomething(t *testing.T) {
 	c := esCluster(t, esemu.Config{})
 	later1 := c.Index("later-1")
 	srv := redistest.Start(t)
-	p := startBinary(t, relayArgs(c, srv.URL(), "later", c.Index("later-*"))...)
-	time.Sleep(time.Second)
-	if p.cmd.ProcessState != nil {
-		t.Fatalf("the relay exited:\n%s", p.out)
-	}
-	if !strings.Contains(p.out.String(), "matches no index yet") {
-		t.Fatalf("no warning about the empty expression:\n%s", p.out)
-	}
+	addr := closedPort(t)
+	p := startBinary(t, relayArgs(c, srv.URL(), "later", c.Index("later-*"), "--metrics-addr", addr)...)
+	// Resolved twice: it met the empty expression and went on.
+	waitResolutions(t, p, addr, 2)
+	waitOutput(t, p.out, "matches no index yet", 10*time.Second)
 	createIndex(t, c, later1, 1, 0)
 	mustDo(t, "PUT", c.URL()+"/"+later1+"/_doc/first", `{}`)
 	waitCaughtUp(t, c, storeFor(t, srv, "later"), []string{later1}, 10*time.Second)
@@ -517,12 +526,23 @@ func TestTargets_SeqNoDisabledRefused(t *testing.T) {
 	}
 	// Found by a pattern while running: refused once, the rest followed.
 	logs := &lockedLog{}
+	reg := prometheus.NewRegistry()
 	f := startRelay(t, c, srv.URL(), "mixed", []string{c.Index("plain-*"), c.Index("ts-*")}, func(cfg *relay.Config) {
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		cfg.Metrics = reg
 	})
 	mustDo(t, "PUT", c.URL()+"/"+plain+"/_doc/ok", `{}`)
 	waitCaughtUp(t, c, f.store, []string{plain}, 10*time.Second)
-	time.Sleep(300 * time.Millisecond)
+	// Refused once, and not again by the 3 resolutions that follow (the
+	// first of them sees the refused loop ended; a relay that followed the
+	// index again would start a loop that refuses it again).
+	waitOutput(t, logs, "refusing to follow index", 30*time.Second)
+	resolutions := counterValue(t, reg, "escf_target_resolutions_total")
+	for deadline := time.Now().Add(30 * time.Second); counterValue(t, reg, "escf_target_resolutions_total") < resolutions+3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("3 more resolutions not within 30 s")
+		}
+	}
 	if n := strings.Count(logs.String(), "refusing to follow index"); n != 1 || !strings.Contains(logs.String(), "index.disable_sequence_numbers") {
 		t.Fatalf("refusal logged %d times:\n%s", n, logs)
 	}
@@ -592,7 +612,8 @@ func TestRelay_ProgressOfLargeReads(t *testing.T) {
 		cfg.ProgressInterval = time.Millisecond
 	})
 	waitCaughtUp(t, c, f.store, []string{ix}, 30*time.Second)
-	time.Sleep(200 * time.Millisecond)
+	// "done" is logged by the round after the last page: wait for it.
+	waitOutput(t, logs, "reading the existing documents of "+ix+": done", 30*time.Second)
 	out := logs.String()
 	if !strings.Contains(out, `msg="reading the existing documents of `+ix+`" documents=`) || !strings.Contains(out, "total=12000") ||
 		!strings.Contains(out, "eta=") || !strings.Contains(out, "reading the existing documents of "+ix+": done") {

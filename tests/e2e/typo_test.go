@@ -26,10 +26,10 @@ func TestTargets_TypoRefusedAtStart(t *testing.T) {
 	if keys := keyspace(t, srv.Client(t)); len(keys) != 0 {
 		t.Fatalf("a refused start wrote %v", keys)
 	}
-	p := startBinary(t, relayArgs(c, srv.URL(), "later", c.Index("ordres-*"))...)
-	time.Sleep(2 * time.Second)
-	if !binaryRunning(p) {
-		t.Fatalf("a pattern that matches nothing yet stopped the relay:\n%s", tail(p.out.String(), 10))
-	}
+	// Resolved the pattern twice and still running (waitResolutions fails
+	// if it exits): waiting, not stopped.
+	addr := closedPort(t)
+	p := startBinary(t, relayArgs(c, srv.URL(), "later", c.Index("ordres-*"), "--metrics-addr", addr)...)
+	waitResolutions(t, p, addr, 2)
 	p.kill()
 }
