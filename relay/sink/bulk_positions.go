@@ -18,7 +18,6 @@ type bulkPosition struct {
 	pos         redisx.Position
 	found       bool
 	seqNo, term int64
-	read        bool // read from the target (not only written)
 }
 
 // bulkPositionDoc is the document's source.

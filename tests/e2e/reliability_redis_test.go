@@ -525,27 +525,6 @@ func (r *redisFaultRig) mark(tb testing.TB) feedMark {
 	}
 }
 
-// deleteOps returns the seq nos of every delete op in the histories of an
-// index's shards (their primaries'), by document.
-func deleteOps(tb testing.TB, c *esemu.Cluster, index string) map[docKey][]int64 {
-	tb.Helper()
-	out := map[docKey][]int64{}
-	uuid := indexUUID(tb, c, index)
-	for n := 0; ; n++ {
-		ops, ok := primaryHistory(tb, c, index, n)
-		if !ok {
-			break
-		}
-		for _, o := range ops {
-			if o.Type == "delete" {
-				k := docKey{uuid, n, o.ID}
-				out[k] = append(out[k], o.SeqNo)
-			}
-		}
-	}
-	return out
-}
-
 // lessStreamID compares stream ids ("ms-seq").
 func lessStreamID(a, b string) bool {
 	var am, as, bm, bs uint64
