@@ -11,8 +11,8 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
-	"github.com/es-changefeed/es-changefeed/relay/es"
 )
 
 // A cluster's connection flags come in families named by a prefix: "es"

@@ -11,9 +11,9 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/relay/es"
-	"github.com/es-changefeed/es-changefeed/relay/status"
+	"github.com/es-changefeed/es-changefeed/status"
 )
 
 // errUnhealthy makes status exit 1 after printing its report.

@@ -10,11 +10,11 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/bootstrap"
+	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay"
-	"github.com/es-changefeed/es-changefeed/relay/es"
-	"github.com/es-changefeed/es-changefeed/relay/sink"
+	"github.com/es-changefeed/es-changefeed/sink"
 )
 
 // bootstrapFlags are the flags of consume --bootstrap's copy: the source

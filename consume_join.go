@@ -12,7 +12,7 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/relay/sink"
+	"github.com/es-changefeed/es-changefeed/sink"
 )
 
 // holdGroup is the name of the group that holds a stream at the position a

@@ -19,9 +19,9 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay"
-	"github.com/es-changefeed/es-changefeed/relay/es"
 	"github.com/es-changefeed/es-changefeed/tests/esemu"
 )
 

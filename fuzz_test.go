@@ -33,7 +33,7 @@ func parseRun(args ...string) (cfg runConfig, parseErr, cliErr error) {
 // FuzzRunFlags: the flags of `run` (and `resync`) never panic the parser;
 // a refusal is a usage error (exit 2) that does not show the password of
 // the Redis URL prefix + "u:" + password + "@" + rest (the ES URLs'
-// passwords: FuzzConfig in relay/es); an accepted command line keeps what
+// passwords: FuzzConfig in es); an accepted command line keeps what
 // was given: --index reaches SplitTargets whole (so "logs-*,-logs-debug*"
 // is one expression, as documented), --es is split at commas, --feed
 // passes ValidateFeed, --poll-interval is positive.

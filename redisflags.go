@@ -13,7 +13,7 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/relay/sink"
+	"github.com/es-changefeed/es-changefeed/sink"
 )
 
 // securityDoc is where the Redis ACL rules and TLS setup are documented.

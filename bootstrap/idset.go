@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/es-changefeed/es-changefeed/relay/sink"
+	"github.com/es-changefeed/es-changefeed/sink"
 )
 
 // docHash is a document's identity in an index for the reconciliation, as

@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/es-changefeed/es-changefeed/bootstrap"
+	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/relay/es"
-	"github.com/es-changefeed/es-changefeed/relay/sink"
+	"github.com/es-changefeed/es-changefeed/sink"
 	"github.com/es-changefeed/es-changefeed/tests/esemu"
 )
 

@@ -8,10 +8,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/internal/backoff"
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/relay/es"
 )
 
 // shardCopy is what one shard's copy handed.

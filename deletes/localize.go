@@ -8,9 +8,9 @@ import (
 	"slices"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/relay/es"
 )
 
 // K is the size of a delivered range in seq nos.

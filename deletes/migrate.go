@@ -8,8 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
-	"github.com/es-changefeed/es-changefeed/relay/es"
 )
 
 // addScratch records listed documents (ARGV[2..]: id, seq no, …) in a

@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/relay"
-	"github.com/es-changefeed/es-changefeed/relay/es"
 )
 
 // A feed of the indices behind orders-* in three partitions, with delete

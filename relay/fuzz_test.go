@@ -16,8 +16,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/relay/es"
 )
 
 // Fuzz targets of the relay's parsers: a search hit, as the cluster

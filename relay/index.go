@@ -14,10 +14,10 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/deletes"
+	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/internal/backoff"
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/relay/es"
 )
 
 // cursor is what an index loop knows of its index.

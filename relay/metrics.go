@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/es-changefeed/es-changefeed/relay/es"
+	"github.com/es-changefeed/es-changefeed/es"
 )
 
 // metrics are the relay's Prometheus collectors (commits and events are

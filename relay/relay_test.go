@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/relay/es"
 )
 
 func TestConfig_ValidatePartitions(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
-	"github.com/es-changefeed/es-changefeed/relay/es"
+	"github.com/es-changefeed/es-changefeed/es"
 )
 
 // TestRelay_SettlePending: a held page commits once a round's stats show

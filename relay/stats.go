@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/es-changefeed/es-changefeed/relay/es"
+	"github.com/es-changefeed/es-changefeed/es"
 )
 
 // DefaultStatsWindow is how long a round's shard-stats request waits for

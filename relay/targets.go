@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/relay/es"
 )
 
 // ErrUnfollowable marks an index a change feed cannot follow (sequence

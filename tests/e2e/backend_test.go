@@ -34,7 +34,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/es-changefeed/es-changefeed/relay/es"
+	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/tests/engines"
 	"github.com/es-changefeed/es-changefeed/tests/esemu"
 )

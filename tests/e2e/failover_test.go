@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/relay/es"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
 

@@ -24,9 +24,9 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/deletes"
+	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay"
-	"github.com/es-changefeed/es-changefeed/relay/es"
 )
 
 // binaryPath is the es-changefeed binary built once for the package.

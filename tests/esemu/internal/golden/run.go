@@ -87,7 +87,7 @@ func (r *Runner) Do(ctx context.Context, s Step) (Call, error) {
 	if err != nil {
 		return c, err
 	}
-	// As relay/es sends them.
+	// As es sends them.
 	req.Header.Set("Accept", "application/json")
 	if c.Body != "" {
 		ct := "application/json"

@@ -142,7 +142,7 @@ const (
 {"index":{"_index":"gold","_id":"k"}}
 {"n":13,"s":"k"}
 `
-	// The bulk sink's lines (relay/sink/bulk.go): external versions
+	// The bulk sink's lines (sink/bulk.go): external versions
 	// generation<<41 | seq_no<<1 | deleted, into an index the first write
 	// creates (1 shard, 1 replica by default: yellow on one node); m1
 	// again with the same version conflicts, m2 with a higher one updates.
@@ -160,12 +160,12 @@ const (
 
 // prefNode is the preference of the delete scanner and the resync's
 // listings: the shard, on the copy of the node stats named (url-escaped, as
-// relay/es sends it).
+// es sends it).
 func prefNode(shard int) string {
 	return fmt.Sprintf("_shards%%3A%d%%7C_prefer_nodes%%3A{{node}}", shard)
 }
 
-// shardSearch is relay/es's SearchShard body: (after, upTo] by _seq_no.
+// shardSearch is es's SearchShard body: (after, upTo] by _seq_no.
 func shardSearch(after string, size int) string {
 	sa := ""
 	if after != "-1" {
@@ -175,7 +175,7 @@ func shardSearch(after string, size int) string {
 		after, upTo, size, sa)
 }
 
-// listBody is relay/es's listing body (ListShard without source,
+// listBody is es's listing body (ListShard without source,
 // SnapshotShard with).
 func listBody(size int, withSource bool, extra string) string {
 	return fmt.Sprintf(`{"size":%d,"_source":%t,"version":%t,"sort":[{"_seq_no":"asc"}],"seq_no_primary_term":true,"track_total_hits":true%s}`,

@@ -14,7 +14,7 @@ import (
 // FuzzParseKeyTemplate (template_test.go): keys made from fuzzed event
 // values, the bulk sink's IndexTemplate, the HTTP sink's URL. Run one with
 //
-//	go test -run '^$' -fuzz '^FuzzKeyTemplateKey$' -fuzztime 60s ./relay/sink/
+//	go test -run '^$' -fuzz '^FuzzKeyTemplateKey$' -fuzztime 60s ./sink/
 
 // FuzzKeyTemplateKey: for any accepted template and any event values
 // (braces, colons, unicode, empty), two documents that differ only by id

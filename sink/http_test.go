@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/relay/sink"
+	"github.com/es-changefeed/es-changefeed/sink"
 )
 
 // httpRequest is what the test webhook received in one request.

@@ -7,9 +7,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/relay/es"
-	"github.com/es-changefeed/es-changefeed/relay/sink"
+	"github.com/es-changefeed/es-changefeed/sink"
 )
 
 // A bulk sink mirroring the feed "orders" into another cluster, each source

@@ -13,7 +13,7 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/idempotency"
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/relay/sink"
+	"github.com/es-changefeed/es-changefeed/sink"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
 

@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/relay/sink"
+	"github.com/es-changefeed/es-changefeed/sink"
 )
 
 // exampleEvent is the upsert of the seed line.

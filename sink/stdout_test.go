@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/relay/sink"
+	"github.com/es-changefeed/es-changefeed/sink"
 )
 
 // sinkUpsert is an upsert of document id of index "orders" (uuid "U1",

@@ -10,7 +10,7 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/relay/status"
+	"github.com/es-changefeed/es-changefeed/status"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
 

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/relay/es"
 )
 
 var _ redisx.Positions = (*Bulk)(nil)

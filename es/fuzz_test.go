@@ -19,7 +19,7 @@ import (
 // The hit → event mapping, field by field, is fuzzed in package relay
 // (FuzzHitToEvent). Run one with
 //
-//	go test -run '^$' -fuzz '^FuzzSearchShard$' -fuzztime 60s ./relay/es/
+//	go test -run '^$' -fuzz '^FuzzSearchShard$' -fuzztime 60s ./es/
 
 // cannedKey carries the answer a cannedTransport gives to one request.
 type cannedKey struct{}

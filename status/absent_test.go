@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/relay/status"
+	"github.com/es-changefeed/es-changefeed/status"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/es-changefeed/es-changefeed/relay/sink"
+	"github.com/es-changefeed/es-changefeed/sink"
 	"github.com/es-changefeed/es-changefeed/tests/esemu"
 )
 
