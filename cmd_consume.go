@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
+	"github.com/es-changefeed/es-changefeed/consumer"
 	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/idempotency"
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
@@ -27,17 +28,17 @@ func consumeCommand() *cli.Command {
 			feedFlag(),
 			&cli.StringFlag{Name: "group", Usage: "consumer group (required)", Sources: cli.EnvVars("ESCF_GROUP")},
 			&cli.StringFlag{Name: "consumer", Usage: "this consumer's name in the group (default <host>-<pid>)", Sources: cli.EnvVars("ESCF_CONSUMER")},
-			&cli.IntFlag{Name: "workers", Value: redisx.DefaultWorkers, Usage: "lanes: events of one document always go to the same lane", Sources: cli.EnvVars("ESCF_WORKERS")},
+			&cli.IntFlag{Name: "workers", Value: consumer.DefaultWorkers, Usage: "lanes: events of one document always go to the same lane", Sources: cli.EnvVars("ESCF_WORKERS")},
 			partitionsFlag(readPartitionsUsage),
 			waitForFeedFlag(),
-			&cli.StringFlag{Name: "start", Value: redisx.DefaultStart, Usage: "where a new group starts: 0 (the whole stream; refused once the stream was trimmed: use --bootstrap) or $ (new events only)", Sources: cli.EnvVars("ESCF_START")},
+			&cli.StringFlag{Name: "start", Value: consumer.DefaultStart, Usage: "where a new group starts: 0 (the whole stream; refused once the stream was trimmed: use --bootstrap) or $ (new events only)", Sources: cli.EnvVars("ESCF_START")},
 			&cli.BoolFlag{Name: "bootstrap", Usage: "join the feed with no gap however much was trimmed, or re-initialize a group that lost history: copy the cluster's current documents (--es) through the sink, then follow the stream from where it was when the copy began", Sources: cli.EnvVars("ESCF_BOOTSTRAP")},
 			&cli.BoolFlag{Name: "bootstrap-only", Usage: "with --bootstrap: exit 0 once the copy is done and the group positioned (its events are then for workers of your own)", Sources: cli.EnvVars("ESCF_BOOTSTRAP_ONLY")},
 			&cli.IntFlag{Name: "prefetch", Usage: "most events read and not yet done (default 16 × workers)", Sources: cli.EnvVars("ESCF_PREFETCH")},
-			&cli.DurationFlag{Name: "min-idle", Value: redisx.DefaultMinIdle, Usage: "a dead consumer's pending events are reclaimed after this idle time", Sources: cli.EnvVars("ESCF_MIN_IDLE")},
-			&cli.DurationFlag{Name: "repair-grace", Value: redisx.DefaultRepairGrace, Usage: "how long to wait, once the feed's Redis is found to have lost entries the sink applied, for the relay to record that it repaired the loss, before stopping with history lost", Sources: cli.EnvVars("ESCF_REPAIR_GRACE")},
-			&cli.IntFlag{Name: "max-deliveries", Value: redisx.DefaultMaxDeliveries, Usage: "attempts before an event goes to the dead-letter stream", Sources: cli.EnvVars("ESCF_MAX_DELIVERIES")},
-			&cli.DurationFlag{Name: "shutdown-timeout", Value: redisx.DefaultShutdownTimeout, Usage: "time events in flight get to finish after SIGTERM", Sources: cli.EnvVars("ESCF_SHUTDOWN_TIMEOUT")},
+			&cli.DurationFlag{Name: "min-idle", Value: consumer.DefaultMinIdle, Usage: "a dead consumer's pending events are reclaimed after this idle time", Sources: cli.EnvVars("ESCF_MIN_IDLE")},
+			&cli.DurationFlag{Name: "repair-grace", Value: consumer.DefaultRepairGrace, Usage: "how long to wait, once the feed's Redis is found to have lost entries the sink applied, for the relay to record that it repaired the loss, before stopping with history lost", Sources: cli.EnvVars("ESCF_REPAIR_GRACE")},
+			&cli.IntFlag{Name: "max-deliveries", Value: consumer.DefaultMaxDeliveries, Usage: "attempts before an event goes to the dead-letter stream", Sources: cli.EnvVars("ESCF_MAX_DELIVERIES")},
+			&cli.DurationFlag{Name: "shutdown-timeout", Value: consumer.DefaultShutdownTimeout, Usage: "time events in flight get to finish after SIGTERM", Sources: cli.EnvVars("ESCF_SHUTDOWN_TIMEOUT")},
 			&cli.StringFlag{Name: "sink", Value: "stdout", Usage: "stdout, file, http, bulk or redis", Sources: cli.EnvVars("ESCF_SINK")},
 			&cli.StringFlag{Name: "file-path", Usage: "file sink: the file JSON lines are appended to", Sources: cli.EnvVars("ESCF_FILE_PATH")},
 			&cli.Int64Flag{Name: "file-max-bytes", Value: sink.DefaultFileMaxBytes, Usage: "file sink: rotate past this size", Sources: cli.EnvVars("ESCF_FILE_MAX_BYTES")},
@@ -162,29 +163,29 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 			return s.Close(context.WithoutCancel(ctx))
 		}
 	}
-	consumer := cmd.String("consumer")
-	if consumer == "" {
-		consumer = ownerName()
+	name := cmd.String("consumer")
+	if name == "" {
+		name = ownerName()
 	}
 	reg, err := consumeRegistry(rdb, feed, partitions)
 	if err != nil {
 		return err
 	}
-	pools, err := partitionPools(redisx.PoolConfig{Client: rdb, Keys: keys, Group: group, Consumer: consumer,
+	pools, err := partitionPools(consumer.PoolConfig{Client: rdb, Keys: keys, Group: group, Consumer: name,
 		Workers: cmd.Int("workers"), Start: cmd.String("start"), Prefetch: cmd.Int("prefetch"),
 		MinIdle: cmd.Duration("min-idle"), MaxDeliveries: int64(cmd.Int("max-deliveries")),
 		ShutdownTimeout: cmd.Duration("shutdown-timeout"), Logger: log, Metrics: reg, Positions: sinkPositions(s), RepairGrace: cmd.Duration("repair-grace")}, feed, partitions)
 	if err != nil {
 		return usageError{err}
 	}
-	alive := func() (bool, string) { return true, "consuming as " + consumer }
+	alive := func() (bool, string) { return true, "consuming as " + name }
 	if err := serveOps(ctx, cmd.String("metrics-addr"), reg, rdb, keys, nil, alive, alive, log); err != nil {
 		return err
 	}
 	if partitions > 1 {
-		log.Info("consuming", logkey.Streams, streamsOf(feed, partitions), logkey.Partitions, partitions, logkey.Group, group, logkey.Consumer, consumer, logkey.Sink, cmd.String("sink"))
+		log.Info("consuming", logkey.Streams, streamsOf(feed, partitions), logkey.Partitions, partitions, logkey.Group, group, logkey.Consumer, name, logkey.Sink, cmd.String("sink"))
 	} else {
-		log.Info("consuming", logkey.Stream, keys.Events(), logkey.Group, group, logkey.Consumer, consumer, logkey.Sink, cmd.String("sink"))
+		log.Info("consuming", logkey.Stream, keys.Events(), logkey.Group, group, logkey.Consumer, name, logkey.Sink, cmd.String("sink"))
 	}
 	go watchPartitions(ctx, rdb, feed, partitions, partitionsRecheck, func(err error) {
 		err = fmt.Errorf("the feed recorded its partition count after this consumer started: %w; restart consume (without --partitions it reads every recorded partition)", err)

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
+	"github.com/es-changefeed/es-changefeed/consumer"
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay"
@@ -84,14 +85,14 @@ func consumeRegistry(rdb redis.UniversalClient, feed string, partitions int) (*p
 // stream, its dead letters in the partition's dead stream, the lanes and
 // prefetch spread over the pools (ceil(n/partitions) each), metrics with a
 // partition label. With one partition it is NewPool(cfg).
-func partitionPools(cfg redisx.PoolConfig, feed string, partitions int) ([]*redisx.Pool, error) {
+func partitionPools(cfg consumer.PoolConfig, feed string, partitions int) ([]*consumer.Pool, error) {
 	if partitions <= 1 {
-		p, err := redisx.NewPool(cfg)
-		return []*redisx.Pool{p}, err
+		p, err := consumer.NewPool(cfg)
+		return []*consumer.Pool{p}, err
 	}
 	workers := cfg.Workers
 	if workers == 0 {
-		workers = redisx.DefaultWorkers
+		workers = consumer.DefaultWorkers
 	}
 	if workers > 0 {
 		cfg.Workers = spread(workers, partitions)
@@ -104,7 +105,7 @@ func partitionPools(cfg redisx.PoolConfig, feed string, partitions int) ([]*redi
 		log = slog.Default()
 	}
 	reg := cfg.Metrics
-	pools := make([]*redisx.Pool, partitions)
+	pools := make([]*consumer.Pool, partitions)
 	for p := range pools {
 		pc := cfg
 		pc.Keys = redisx.PartitionKeys(feed, p, partitions)
@@ -112,7 +113,7 @@ func partitionPools(cfg redisx.PoolConfig, feed string, partitions int) ([]*redi
 		if reg != nil {
 			pc.Metrics = prometheus.WrapRegistererWith(relay.PartitionLabels(p), reg)
 		}
-		pool, err := redisx.NewPool(pc)
+		pool, err := consumer.NewPool(pc)
 		if err != nil {
 			return nil, err
 		}
@@ -124,7 +125,7 @@ func partitionPools(cfg redisx.PoolConfig, feed string, partitions int) ([]*redi
 // runPools runs the pools with h until ctx ends, and returns when all
 // have drained. A pool that fails (its group cannot be created) stops the
 // others; its error is returned.
-func runPools(ctx context.Context, pools []*redisx.Pool, h redisx.Handler) error {
+func runPools(ctx context.Context, pools []*consumer.Pool, h redisx.Handler) error {
 	if len(pools) == 1 {
 		return pools[0].Run(ctx, h)
 	}

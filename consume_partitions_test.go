@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/es-changefeed/es-changefeed/consumer"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
@@ -42,7 +43,7 @@ func TestPartitionPools(t *testing.T) {
 	poisonPart := redisx.Partition(uuid, 3, P)
 
 	reg := prometheus.NewRegistry()
-	pools, err := partitionPools(redisx.PoolConfig{Client: rdb, Keys: redisx.NewKeys(feed), Group: "g", Consumer: "c",
+	pools, err := partitionPools(consumer.PoolConfig{Client: rdb, Keys: redisx.NewKeys(feed), Group: "g", Consumer: "c",
 		Workers: 8, MinIdle: time.Second, Metrics: reg}, feed, P)
 	if err != nil {
 		t.Fatal(err)

@@ -46,7 +46,7 @@
 //     many consumers: this is the strict way, for sinks that write to Redis.
 //   - ShouldApply, then the write, then Record (or the Middleware that does
 //     this around any Handler) for sinks outside Redis. Check and record are
-//     separate round trips: within one redisx.Pool the events of a document
+//     separate round trips: within one consumer.Pool the events of a document
 //     are handled one at a time, so redeliveries and stale reclaims are
 //     skipped; but two consumers racing on one document can both pass the
 //     check, and the older may write last. Targets that can compare

@@ -3,14 +3,11 @@ package redisx
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Position is how far a consumer group's sink got in one stream, as the
@@ -158,71 +155,8 @@ func (e *StreamRolledBackError) Error() string {
 
 func (e *StreamRolledBackError) Unwrap() error { return ErrHistoryLost }
 
-// appliedGone decides from one state of the stream and the group whether
-// entry id (one the group's sink may have applied) is gone because Redis
-// went back in time. present says whether XRANGE id id found it. It is
-// gone if the group is behind it (the group read it, so its read was lost
-// with it) or the stream still holds older entries (trimming removes only
-// a prefix) — unless XDEL may have removed it.
-func appliedGone(st StreamState, lastDelivered, id string, present bool) bool {
-	if id == "" || present {
-		return false
-	}
-	if lessID(lastDelivered, id) {
-		return true
-	}
-	return st.Length > 0 && !lessID(id, st.FirstID) && lessID(st.MaxDeletedID, id)
-}
-
-// appliedCheck is the state appliedGone and the rollback records need,
-// read in one MULTI with a read or on its own.
-type appliedCheck struct {
-	entry     *redis.XMessageSliceCmd
-	rollbacks *redis.StringCmd
-}
-
-// queue adds the commands of the check of id to a pipeline.
-func (c *appliedCheck) queue(ctx context.Context, pipe redis.Pipeliner, keys Keys, id string) {
-	c.entry = pipe.XRangeN(ctx, keys.Events(), id, id, 1)
-	c.rollbacks = pipe.HGet(ctx, keys.Meta(), RollbacksField)
-}
-
-// verdict judges the check of id: nil, or a *StreamRolledBackError; and
-// the Rollback that covers id when the relay repaired its loss.
-func (c *appliedCheck) verdict(keys Keys, group string, st StreamState, lastDelivered, id string) (*Rollback, error) {
-	if c.entry == nil || id == "" {
-		return nil, nil
-	}
-	if !appliedGone(st, lastDelivered, id, len(c.entry.Val()) > 0) {
-		return nil, nil
-	}
-	rs, err := ParseRollbacks(c.rollbacks.Val())
-	if err != nil {
-		return nil, err
-	}
-	for i := len(rs) - 1; i >= 0; i-- {
-		if rs[i].Covers(id) {
-			return &rs[i], nil
-		}
-	}
-	return nil, &StreamRolledBackError{Feed: keys.Feed(), Stream: keys.Events(), Group: group, Applied: id, LastDelivered: lastDelivered, State: st}
-}
-
-// lowWater is the id below which every entry a group read is acknowledged:
-// its oldest pending entry, or past its last delivered one when nothing is
-// pending ("" when the group read nothing).
-func lowWater(lastDelivered string, pending *redis.XPending) string {
-	if pending != nil && pending.Count > 0 && pending.Lower != "" {
-		return pending.Lower
-	}
-	if lastDelivered == "" || lastDelivered == "0-0" {
-		return ""
-	}
-	return nextID(lastDelivered)
-}
-
-// nextID is the smallest id after id.
-func nextID(id string) string {
+// NextID is the smallest stream id after id.
+func NextID(id string) string {
 	ms, seq := splitID(id)
 	if seq == math.MaxUint64 {
 		return strconv.FormatUint(ms+1, 10) + "-0"
@@ -230,8 +164,8 @@ func nextID(id string) string {
 	return strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq+1, 10)
 }
 
-// prevID is the largest id before id ("0-0" for the first).
-func prevID(id string) string {
+// PrevID is the largest stream id before id ("0-0" for the first).
+func PrevID(id string) string {
 	ms, seq := splitID(id)
 	switch {
 	case seq > 0:
@@ -241,6 +175,22 @@ func prevID(id string) string {
 	}
 	return "0-0"
 }
+
+// luaLessID is a Lua function less(a, b) comparing stream ids ("" and
+// malformed ids sort first), for scripts.
+const luaLessID = `
+local function less(a, b)
+  local am, as = string.match(a or '', '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b or '', '^(%d+)-(%d+)$')
+  if not bm then return false end
+  if not am then return true end
+  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+  return am < bm or (am == bm and as < bs)
+end
+`
+
+// LuaLessID is luaLessID for scripts of other packages (sinks' stores).
+const LuaLessID = luaLessID
 
 // LessID reports whether stream id a sorts before b ("" and malformed ids
 // sort first).
@@ -282,30 +232,3 @@ func ValidPosition(p Position) error {
 	}
 	return nil
 }
-
-// luaLessID is a Lua function less(a, b) comparing stream ids ("" and
-// malformed ids sort first), for scripts.
-const luaLessID = `
-local function less(a, b)
-  local am, as = string.match(a or '', '^(%d+)-(%d+)$')
-  local bm, bs = string.match(b or '', '^(%d+)-(%d+)$')
-  if not bm then return false end
-  if not am then return true end
-  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
-  return am < bm or (am == bm and as < bs)
-end
-`
-
-// LuaLessID is luaLessID for scripts of other packages (sinks' stores).
-const LuaLessID = luaLessID
-
-// maxIDScript raises hash field ARGV[1] of KEYS[1] to stream id ARGV[2]
-// (never lowers it).
-var maxIDScript = redis.NewScript(luaLessID + `
-if less(redis.call('HGET', KEYS[1], ARGV[1]) or '', ARGV[2]) then
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-end
-return 1`)
-
-// errReplayTrimmed: entries a sink's store lost are no longer in the stream.
-var errReplayTrimmed = errors.New("the entries to hand on again are trimmed")

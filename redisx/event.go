@@ -22,9 +22,9 @@ const (
 	OpSnapshotEnd   Op = "snapshot_end"
 )
 
-// document reports whether the op is about one document (upsert, delete)
+// Document reports whether the op is about one document (upsert, delete)
 // rather than an index or the feed.
-func (o Op) document() bool { return o == OpUpsert || o == OpDelete }
+func (o Op) Document() bool { return o == OpUpsert || o == OpDelete }
 
 func (o Op) valid() bool {
 	switch o {
@@ -113,7 +113,7 @@ func (e *Event) AppendXAddArgs(args []any, stream *string) []any {
 // pointers into e (see AppendXAddArgs); Values resolves them to strings.
 func (e *Event) appendFields(v []any) []any {
 	v = append(v, "op", e.Op.boxed(), "index", &e.Index, "index_uuid", &e.IndexUUID)
-	if e.Op.document() {
+	if e.Op.Document() {
 		v = append(v, "shard", &e.Shard, "id", &e.ID)
 		if e.Routing != "" {
 			v = append(v, "routing", &e.Routing)
@@ -265,15 +265,15 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString(`{"op":`)
 	writeJSONString(&b, string(e.Op))
-	if e.Op.document() || e.Index != "" {
+	if e.Op.Document() || e.Index != "" {
 		b.WriteString(`,"index":`)
 		writeJSONString(&b, e.Index)
 	}
-	if e.Op.document() || e.IndexUUID != "" {
+	if e.Op.Document() || e.IndexUUID != "" {
 		b.WriteString(`,"index_uuid":`)
 		writeJSONString(&b, e.IndexUUID)
 	}
-	if e.Op.document() {
+	if e.Op.Document() {
 		b.WriteString(`,"shard":`)
 		b.WriteString(strconv.Itoa(e.Shard))
 		b.WriteString(`,"id":`)

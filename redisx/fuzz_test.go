@@ -28,7 +28,7 @@ var fuzzOps = []Op{OpUpsert, OpDelete, OpIndexDeleted, OpSnapshotStart, OpSnapsh
 func fuzzEvent(op uint8, streamID, index, uuid string, shard int, id, routing string, seq, term, version int64,
 	source []byte, target, countsKey string, count int64) Event {
 	e := Event{StreamID: streamID, Op: fuzzOps[int(op)%len(fuzzOps)], Index: index, IndexUUID: uuid, Target: target}
-	if e.Op.document() {
+	if e.Op.Document() {
 		e.Shard, e.ID, e.Routing, e.SeqNo, e.PrimaryTerm, e.Version = shard, id, routing, seq, term, version
 	}
 	if e.Op == OpUpsert {
@@ -191,7 +191,7 @@ func FuzzParseEntry(f *testing.F) {
 				t.Fatalf("ParseEvent(%q): %s = %q, want %q", m, name, got, want)
 			}
 		}
-		if e.Op.document() {
+		if e.Op.Document() {
 			for name, got := range map[string]string{"id": e.ID, "routing": e.Routing} {
 				if want, _ := m[name].(string); got != want {
 					t.Fatalf("ParseEvent(%q): %s = %q, want %q", m, name, got, want)

@@ -133,11 +133,11 @@ func ReadStream(ctx context.Context, rdb redis.UniversalClient, stream string) (
 		}
 		return StreamState{}, fmt.Errorf("XINFO STREAM %s: %w", stream, err)
 	}
-	return streamStateOf(info), nil
+	return StreamStateOf(info), nil
 }
 
-// streamStateOf is the StreamState of an XINFO STREAM reply.
-func streamStateOf(info *redis.XInfoStream) StreamState {
+// StreamStateOf is the StreamState of an XINFO STREAM reply.
+func StreamStateOf(info *redis.XInfoStream) StreamState {
 	st := StreamState{Length: info.Length, EntriesAdded: info.EntriesAdded, FirstID: info.FirstEntry.ID,
 		LastID: info.LastGeneratedID, MaxDeletedID: info.MaxDeletedEntryID}
 	if st.MaxDeletedID == "" {
@@ -239,6 +239,10 @@ func groupState(ctx context.Context, rdb redis.UniversalClient, stream string, s
 //
 // A group reads past such a gap without noticing, so the pool checks this
 // atomically with each read (Pool.readChecked).
+// Unread is unread for a pool that read XINFO STREAM and XINFO GROUPS
+// itself (in the MULTI of its read).
+func Unread(st StreamState, g redis.XInfoGroup) (GroupState, bool) { return unread(st, g) }
+
 func unread(st StreamState, g redis.XInfoGroup) (gs GroupState, count bool) {
 	gs = GroupState{Name: g.Name, Consumers: g.Consumers, Pending: g.Pending, LastDelivered: g.LastDeliveredID, EntriesRead: g.EntriesRead}
 	last := g.LastDeliveredID
@@ -351,4 +355,14 @@ func splitID(id string) (ms, seq uint64) {
 	ms, _ = strconv.ParseUint(a, 10, 64)
 	seq, _ = strconv.ParseUint(b, 10, 64)
 	return ms, seq
+}
+
+// RecordedLoss is the history loss recorded for the group in the feed's
+// lost hash (Keys.Lost) by the consumer that found it ("" if none).
+func RecordedLoss(ctx context.Context, rdb redis.UniversalClient, keys Keys, group string) (string, error) {
+	v, err := rdb.HGet(ctx, keys.Lost(), group).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return v, err
 }

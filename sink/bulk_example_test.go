@@ -13,7 +13,7 @@ import (
 )
 
 // A bulk sink mirroring the feed "orders" into another cluster, each source
-// index into "mirror-<name>". Its handler is what a redisx.Pool runs for
+// index into "mirror-<name>". Its handler is what a consumer.Pool runs for
 // every event; here one event is applied by hand. (No output: the example
 // needs a cluster and the feed's Redis.)
 func ExampleNewBulk() {

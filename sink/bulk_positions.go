@@ -55,7 +55,7 @@ func (b *Bulk) Advance(ctx context.Context, stream, group string, p redisx.Posit
 		next := redisx.Position{Lead: redisx.MaxID(cur.pos.Lead, p.Lead), Low: redisx.MaxID(cur.pos.Low, p.Low)}
 		// The document as last read or written by this sink: a target
 		// that went back (restored) is seen at the next start, against the
-		// feed's copy (redisx.Pool).
+		// feed's copy (the consumer pool).
 		var behind error
 		if since != "" && redisx.LessID(cur.pos.Lead, since) {
 			behind = &redisx.BehindError{Store: "the mirror's " + b.cfg.PositionsIndex + " index", Recorded: cur.pos, Since: since}

@@ -6,7 +6,7 @@
 // Every sink is built from its Config (zero fields take the documented
 // defaults; Validate names the first bad field) and offers:
 //
-//   - Handler() redisx.Handler, to give to a redisx.Pool. The handler may be
+//   - Handler() redisx.Handler, to give to a consumer.Pool. The handler may be
 //     called from many goroutines at once. nil means the event is applied
 //     (durable, where the sink has a notion of durability); an error leaves
 //     it pending for a retry; a redisx.Permanent error dead-letters it.

@@ -22,7 +22,7 @@ var exampleEvent = redisx.Event{Op: redisx.OpUpsert, Index: "escf-cli", IndexUUI
 	SeqNo: 2, PrimaryTerm: 1, Version: 2, Source: json.RawMessage(`{"title": "edited"}`)}
 
 // One JSON line per event on stdout. In a consumer, pass s.Handler() to a
-// redisx.Pool instead of calling it.
+// consumer.Pool instead of calling it.
 func ExampleNewStdout() {
 	s, err := sink.NewStdout(sink.StdoutConfig{})
 	if err != nil {

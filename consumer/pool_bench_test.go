@@ -1,4 +1,4 @@
-package redisx_test
+package consumer_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/es-changefeed/es-changefeed/consumer"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
@@ -50,7 +51,7 @@ func BenchmarkPool(b *testing.B) {
 		}
 		rawTime += time.Since(t0)
 
-		p, err := redisx.NewPool(redisx.PoolConfig{Client: rdb, Keys: keys, Group: "pool", Logger: quiet, Block: 100 * time.Millisecond})
+		p, err := consumer.NewPool(consumer.PoolConfig{Client: rdb, Keys: keys, Group: "pool", Logger: quiet, Block: 100 * time.Millisecond})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,9 +1,10 @@
-package redisx
+package consumer
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/es-changefeed/es-changefeed/redisx"
 	"hash/fnv"
 	"log/slog"
 	"os"
@@ -42,7 +43,7 @@ type PoolConfig struct {
 	// Client is the feed's Redis. Required.
 	Client redis.UniversalClient
 	// Keys names the feed's stream and dead-letter stream. Required.
-	Keys Keys
+	Keys redisx.Keys
 	// Group is the consumer group. Required.
 	Group string
 	// Consumer is this consumer's name in the group. Default "<host>-<pid>".
@@ -90,7 +91,7 @@ type PoolConfig struct {
 	// any restart, and hand entries on again to a sink whose store lost
 	// writes. Default nil: the pool checks only the entries it handed on
 	// itself since it started.
-	Positions Positions
+	Positions redisx.Positions
 	// RepairGrace is how long the pool waits, having found that the feed's
 	// Redis lost entries it handed on, for the relay to record that it
 	// repaired the loss (a relay that lived through it does so at once; one
@@ -110,7 +111,7 @@ func (c PoolConfig) Validate() error {
 	case c.Client == nil:
 		return errors.New("pool config: Client is nil")
 	case c.Keys.Feed() == "":
-		return errors.New("pool config: Keys is empty (use NewKeys)")
+		return errors.New("pool config: redisx.Keys is empty (use redisx.NewKeys)")
 	case c.Group == "":
 		return errors.New("pool config: Group is empty: name the consumer group")
 	case c.Workers < 0 || c.Workers > 4096:
@@ -205,7 +206,7 @@ type PoolStats struct {
 type Pool struct {
 	cfg PoolConfig
 	log *slog.Logger
-	h   Handler
+	h   redisx.Handler
 
 	held  sync.Map // stream id -> struct{}: events read and not yet done
 	slots chan struct{}
@@ -239,7 +240,7 @@ type Pool struct {
 	appliedID, recorded  string
 	low                  string
 	replayFrom, replayTo string
-	coveredSaid          string // the last Rollback.After logged
+	coveredSaid          string // the last redisx.Rollback.After logged
 }
 
 // outage tracks whether the pool's Redis calls fail, so that an outage is
@@ -299,7 +300,7 @@ func (p *Pool) redisOK(began time.Time) {
 // job is one event in a lane.
 type job struct {
 	msg        redis.XMessage
-	ev         Event
+	ev         redisx.Event
 	bad        error // the entry could not be decoded
 	deliveries int64 // Redis's delivery count when handed to the lane
 	// again: handed on again for a sink whose store lost its writes (not
@@ -348,9 +349,9 @@ func (p *Pool) Stats() PoolStats {
 // deleted: at the start, before each read, in a reclaim). Nothing is
 // acknowledged that was not handed to h; the group stays as it is for
 // es-changefeed consume --bootstrap.
-func (p *Pool) Run(ctx context.Context, h Handler) error {
+func (p *Pool) Run(ctx context.Context, h redisx.Handler) error {
 	if h == nil {
-		return errors.New("pool: nil Handler")
+		return errors.New("pool: nil redisx.Handler")
 	}
 	p.h = h
 	// A stop asked before the first read (ctx ends during these checks)
@@ -362,13 +363,13 @@ func (p *Pool) Run(ctx context.Context, h Handler) error {
 		return err
 	}
 	if err := p.checkHistory(ctx); err != nil {
-		if ctx.Err() != nil && !errors.Is(err, ErrHistoryLost) {
+		if ctx.Err() != nil && !errors.Is(err, redisx.ErrHistoryLost) {
 			return nil
 		}
 		return err
 	}
 	if err := p.startApplied(ctx); err != nil {
-		if ctx.Err() != nil && !errors.Is(err, ErrHistoryLost) {
+		if ctx.Err() != nil && !errors.Is(err, redisx.ErrHistoryLost) {
 			return nil
 		}
 		return err
@@ -474,32 +475,23 @@ func (p *Pool) recordLost(err error) {
 	}
 }
 
-// RecordedLoss is the history loss recorded for the group ("" if none).
-func RecordedLoss(ctx context.Context, rdb redis.UniversalClient, keys Keys, group string) (string, error) {
-	v, err := rdb.HGet(ctx, keys.Lost(), group).Result()
-	if errors.Is(err, redis.Nil) {
-		return "", nil
-	}
-	return v, err
-}
-
 // checkHistory reads the group's state and its recorded loss: an error if
 // it lost history.
 func (p *Pool) checkHistory(ctx context.Context) error {
-	rec, err := RecordedLoss(ctx, p.cfg.Client, p.cfg.Keys, p.cfg.Group)
+	rec, err := redisx.RecordedLoss(ctx, p.cfg.Client, p.cfg.Keys, p.cfg.Group)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", p.cfg.Keys.Lost(), err)
 	}
 	if rec != "" {
-		return fmt.Errorf("%w (recorded in %s when it was found; the group stays refused until re-initialized): %s", ErrHistoryLost, p.cfg.Keys.Lost(), rec)
+		return fmt.Errorf("%w (recorded in %s when it was found; the group stays refused until re-initialized): %s", redisx.ErrHistoryLost, p.cfg.Keys.Lost(), rec)
 	}
-	st, g, ok, err := ReadGroup(ctx, p.cfg.Client, p.cfg.Keys.Events(), p.cfg.Group)
+	st, g, ok, err := redisx.ReadGroup(ctx, p.cfg.Client, p.cfg.Keys.Events(), p.cfg.Group)
 	if err != nil {
 		return fmt.Errorf("read consumer group %s: %w", p.cfg.Group, err)
 	}
 	if ok && g.HistoryLost() {
 		p.gone.Add(max(g.Lost(), 1))
-		lost := &HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: p.cfg.Keys.Events(), State: st, Group: g}
+		lost := &redisx.HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: p.cfg.Keys.Events(), State: st, Group: g}
 		p.recordLost(lost)
 		return lost
 	}
@@ -550,12 +542,12 @@ return 0
 // a stream that no longer holds the feed from its start.
 func (p *Pool) ensureGroup(ctx context.Context) error {
 	if p.cfg.Start == "0" {
-		st, g, ok, err := ReadGroup(ctx, p.cfg.Client, p.cfg.Keys.Events(), p.cfg.Group)
+		st, g, ok, err := redisx.ReadGroup(ctx, p.cfg.Client, p.cfg.Keys.Events(), p.cfg.Group)
 		if err != nil {
 			return fmt.Errorf("read consumer group %s: %w", p.cfg.Group, err)
 		}
 		if !ok && !st.Complete() {
-			return &HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: p.cfg.Keys.Events(), State: st, Group: g, New: true}
+			return &redisx.HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: p.cfg.Keys.Events(), State: st, Group: g, New: true}
 		}
 	}
 	err := p.cfg.Client.XGroupCreateMkStream(ctx, p.cfg.Keys.Events(), p.cfg.Group, p.cfg.Start).Err()
@@ -588,7 +580,7 @@ func (p *Pool) readLoop(ctx context.Context) {
 		if from, to := p.replaying(); own == "" && from != "" {
 			if err := p.replay(ctx, from, to, n); err != nil {
 				p.giveSlots(n)
-				if errors.Is(err, ErrHistoryLost) {
+				if errors.Is(err, redisx.ErrHistoryLost) {
 					p.historyLost(err)
 					return
 				}
@@ -607,7 +599,7 @@ func (p *Pool) readLoop(ctx context.Context) {
 		if own == "" {
 			var last string
 			res, last, err = p.readChecked(ctx, n)
-			var rb *StreamRolledBackError
+			var rb *redisx.StreamRolledBackError
 			if errors.As(err, &rb) {
 				// Hand on what was read once the relay says it repaired the
 				// loss; otherwise it stays pending.
@@ -623,7 +615,7 @@ func (p *Pool) readLoop(ctx context.Context) {
 		} else {
 			res, err = p.readGroup(ctx, start, n)
 		}
-		if errors.Is(err, ErrHistoryLost) {
+		if errors.Is(err, redisx.ErrHistoryLost) {
 			p.giveSlots(n)
 			p.historyLost(err)
 			return
@@ -644,7 +636,7 @@ func (p *Pool) readLoop(ctx context.Context) {
 				return
 			}
 			if redis.HasErrorPrefix(err, "NOGROUP") {
-				if err := p.ensureGroup(ctx); errors.Is(err, ErrHistoryLost) {
+				if err := p.ensureGroup(ctx); errors.Is(err, redisx.ErrHistoryLost) {
 					p.historyLost(err)
 					return
 				}
@@ -732,19 +724,19 @@ func (p *Pool) readChecked(ctx context.Context, n int) ([]redis.XStream, string,
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, "", err
 	}
-	st := streamStateOf(infoS.Val())
+	st := redisx.StreamStateOf(infoS.Val())
 	last := ""
 	for _, g := range infoG.Val() {
 		if g.Name != p.cfg.Group {
 			continue
 		}
 		last = g.LastDeliveredID
-		if gs, _ := unread(st, g); gs.LostUnread != 0 {
+		if gs, _ := redisx.Unread(st, g); gs.LostUnread != 0 {
 			p.gone.Add(max(gs.LostUnread, 1))
-			return nil, last, &HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: stream, State: st, Group: gs}
+			return nil, last, &redisx.HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: stream, State: st, Group: gs}
 		}
 		covered, verr := chk.verdict(p.cfg.Keys, p.cfg.Group, st, last, applied)
-		var rb *StreamRolledBackError
+		var rb *redisx.StreamRolledBackError
 		if errors.As(verr, &rb) {
 			// The entries read go back to the caller with the error: they
 			// are handed on if the relay records the repair in time.
@@ -798,15 +790,15 @@ func (p *Pool) waitNew(ctx context.Context, last string) error {
 // pendingGone is the history-lost error for a pending entry whose payload
 // is gone (id: one of them).
 func (p *Pool) pendingGone(ctx context.Context, id string) error {
-	st, g, _, err := ReadGroup(context.WithoutCancel(ctx), p.cfg.Client, p.cfg.Keys.Events(), p.cfg.Group)
+	st, g, _, err := redisx.ReadGroup(context.WithoutCancel(ctx), p.cfg.Client, p.cfg.Keys.Events(), p.cfg.Group)
 	if err != nil {
-		return fmt.Errorf("pending entry %s is gone from the stream (%w), and reading the group failed: %w", id, ErrHistoryLost, err)
+		return fmt.Errorf("pending entry %s is gone from the stream (%w), and reading the group failed: %w", id, redisx.ErrHistoryLost, err)
 	}
 	if g.LostPending <= 0 {
 		g.LostPending, g.FirstLostPending = 1, id
 	}
 	p.gone.Add(g.LostPending)
-	return &HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: p.cfg.Keys.Events(), State: st, Group: g}
+	return &redisx.HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: p.cfg.Keys.Events(), State: st, Group: g}
 }
 
 // takeSlots waits for at least one free slot and takes the free ones,
@@ -905,8 +897,8 @@ func (p *Pool) dispatchJobs(msgs []redis.XMessage, deliveries map[string]int64, 
 		if deliveries != nil {
 			j.deliveries = deliveries[m.ID]
 		}
-		j.ev, j.bad = ParseEvent(m)
-		if j.bad != nil || !j.ev.Op.document() {
+		j.ev, j.bad = redisx.ParseEvent(m)
+		if j.bad != nil || !j.ev.Op.Document() {
 			flush()
 			p.busy.waitBelow(2)
 			p.lanes[0] <- []*job{j}
@@ -956,7 +948,7 @@ func (f *inflight) waitBelow(n int) {
 }
 
 // laneOf maps a document to a lane.
-func laneOf(e Event, n int) int {
+func laneOf(e redisx.Event, n int) int {
 	h := fnv.New32a()
 	h.Write([]byte(e.IndexUUID))
 	h.Write([]byte{'/'})
@@ -1009,7 +1001,7 @@ func (p *Pool) handle(ctx, hctx context.Context, j *job) bool {
 			return true
 		}
 		p.failed.Add(1)
-		if IsPermanent(err) || j.deliveries >= p.cfg.MaxDeliveries {
+		if redisx.IsPermanent(err) || j.deliveries >= p.cfg.MaxDeliveries {
 			p.deadLetter(hctx, j, err)
 			return false
 		}
@@ -1210,14 +1202,14 @@ func (p *Pool) reclaimPass(ctx context.Context) {
 			// Pending entries whose payload is gone (Redis 7 reports them
 			// and drops them from the pending list): their changes never
 			// reached the sink.
-			st, g, _, err := ReadGroup(ctx, p.cfg.Client, p.cfg.Keys.Events(), p.cfg.Group)
+			st, g, _, err := redisx.ReadGroup(ctx, p.cfg.Client, p.cfg.Keys.Events(), p.cfg.Group)
 			if err == nil {
 				g.LostPending, g.FirstLostPending = max(g.LostPending, 0)+int64(len(deleted)), deleted[0]
 				p.gone.Add(int64(len(deleted)))
-				p.historyLost(&HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: p.cfg.Keys.Events(), State: st, Group: g})
+				p.historyLost(&redisx.HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: p.cfg.Keys.Events(), State: st, Group: g})
 			} else {
 				p.historyLost(fmt.Errorf("%d pending entries are gone from the stream (%w; the oldest %s): re-initialize the group with a bootstrap",
-					len(deleted), ErrHistoryLost, deleted[0]))
+					len(deleted), redisx.ErrHistoryLost, deleted[0]))
 			}
 			return
 		}

@@ -1,9 +1,10 @@
-package redisx
+package consumer
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/es-changefeed/es-changefeed/redisx"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,7 +30,7 @@ func (p *Pool) appliedState() (applied, recorded string) {
 // appliedChecked takes what a checked read found: the group's low water,
 // and a Rollback that covers the applied entry if the relay repaired its
 // loss (said once; the entry no longer needs checking).
-func (p *Pool) appliedChecked(covered *Rollback, applied, low string) {
+func (p *Pool) appliedChecked(covered *redisx.Rollback, applied, low string) {
 	p.appliedMu.Lock()
 	if low != "" {
 		p.low = low
@@ -59,14 +60,14 @@ func (p *Pool) startApplied(ctx context.Context) error {
 		return nil
 	}
 	stream, group := p.cfg.Keys.Events(), p.cfg.Group
-	var rec Position
+	var rec redisx.Position
 	bo := backoff.Backoff{Min: p.cfg.RetryBackoff, Max: p.cfg.MaxRetryBackoff}
 	for {
 		began := time.Now()
 		var err error
 		rec, err = p.cfg.Positions.Applied(ctx, stream, group)
 		if err == nil {
-			err = ValidPosition(rec)
+			err = redisx.ValidPosition(rec)
 		}
 		if err == nil {
 			break
@@ -74,7 +75,7 @@ func (p *Pool) startApplied(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if IsPermanent(err) {
+		if redisx.IsPermanent(err) {
 			return fmt.Errorf("read the sink's applied position: %w", err)
 		}
 		d := bo.Next()
@@ -97,7 +98,7 @@ func (p *Pool) startApplied(ctx context.Context) error {
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("check the sink's applied position against %s: %w", stream, err)
 	}
-	st := streamStateOf(infoS.Val())
+	st := redisx.StreamStateOf(infoS.Val())
 	last := ""
 	for _, g := range infoG.Val() {
 		if g.Name == group {
@@ -105,7 +106,7 @@ func (p *Pool) startApplied(ctx context.Context) error {
 		}
 	}
 	covered, err := chk.verdict(p.cfg.Keys, group, st, last, rec.Lead)
-	var rb *StreamRolledBackError
+	var rb *redisx.StreamRolledBackError
 	if errors.As(err, &rb) {
 		err = p.awaitRepair(ctx, rb)
 		if err == nil {
@@ -119,8 +120,8 @@ func (p *Pool) startApplied(ctx context.Context) error {
 	p.appliedID, p.recorded = rec.Lead, rec.Lead
 	p.appliedMu.Unlock()
 	p.appliedChecked(covered, rec.Lead, "")
-	if theirs := copied.Val(); theirs != "" && lessID(rec.Lead, theirs) {
-		be := &BehindError{Store: "the sink's store", Recorded: rec, Since: theirs}
+	if theirs := copied.Val(); theirs != "" && redisx.LessID(rec.Lead, theirs) {
+		be := &redisx.BehindError{Store: "the sink's store", Recorded: rec, Since: theirs}
 		if err := p.replayAfter(be, last, st); err != nil {
 			p.recordLost(err)
 			return err
@@ -133,14 +134,14 @@ func (p *Pool) startApplied(ctx context.Context) error {
 // rb.Applied, until the relay records that it repaired the loss (a
 // Rollback record covering it: nil) or RepairGrace passed (rb, recorded as
 // the group's history loss). It returns ctx's error if ctx ends first.
-func (p *Pool) awaitRepair(ctx context.Context, rb *StreamRolledBackError) error {
+func (p *Pool) awaitRepair(ctx context.Context, rb *redisx.StreamRolledBackError) error {
 	p.log.Warn("the feed's Redis lost entries this group's sink may have applied: waiting for the relay to say it repaired the loss",
 		logkey.ID, rb.Applied, logkey.Timeout, p.cfg.RepairGrace.String())
 	deadline := time.Now().Add(p.cfg.RepairGrace)
 	for {
-		v, err := p.cfg.Client.HGet(ctx, p.cfg.Keys.Meta(), RollbacksField).Result()
+		v, err := p.cfg.Client.HGet(ctx, p.cfg.Keys.Meta(), redisx.RollbacksField).Result()
 		if err == nil || errors.Is(err, redis.Nil) {
-			rs, perr := ParseRollbacks(v)
+			rs, perr := redisx.ParseRollbacks(v)
 			if perr != nil {
 				return perr
 			}
@@ -166,16 +167,16 @@ func (p *Pool) awaitRepair(ctx context.Context, rb *StreamRolledBackError) error
 // replayAfter arranges for the entries a sink's store lost to be handed on
 // again: from the Low it recorded to to. It is a history loss if the
 // store records no Low or the stream no longer holds the entries.
-func (p *Pool) replayAfter(be *BehindError, to string, st StreamState) error {
+func (p *Pool) replayAfter(be *redisx.BehindError, to string, st redisx.StreamState) error {
 	from := be.Recorded.Low
 	switch {
 	case from == "":
-		return fmt.Errorf("%w: %v; it records no low-water mark to hand the entries on again from: re-initialize the group with a bootstrap", ErrHistoryLost, be)
-	case st.Length > 0 && lessID(from, st.FirstID) && from != st.FirstID:
+		return fmt.Errorf("%w: %v; it records no low-water mark to hand the entries on again from: re-initialize the group with a bootstrap", redisx.ErrHistoryLost, be)
+	case st.Length > 0 && redisx.LessID(from, st.FirstID) && from != st.FirstID:
 		return fmt.Errorf("%w: %v; the entries to hand on again start at %s, but the stream's oldest entry is %s (%w): re-initialize the group with a bootstrap",
-			ErrHistoryLost, be, from, st.FirstID, errReplayTrimmed)
+			redisx.ErrHistoryLost, be, from, st.FirstID, errReplayTrimmed)
 	}
-	if to == "" || lessID(to, from) {
+	if to == "" || redisx.LessID(to, from) {
 		return nil // nothing read since
 	}
 	p.appliedMu.Lock()
@@ -208,16 +209,16 @@ func (p *Pool) replay(ctx context.Context, from, to string, n int) error {
 	if err != nil {
 		return err
 	}
-	if f := first.Val(); len(f) > 0 && lessID(from, f[0].ID) {
+	if f := first.Val(); len(f) > 0 && redisx.LessID(from, f[0].ID) {
 		return fmt.Errorf("%w: the sink's store lost writes and the entries to hand on again start at %s, but the stream's oldest entry is %s (%w): re-initialize the group with a bootstrap",
-			ErrHistoryLost, from, f[0].ID, errReplayTrimmed)
+			redisx.ErrHistoryLost, from, f[0].ID, errReplayTrimmed)
 	}
 	got := msgs.Val()
 	p.appliedMu.Lock()
 	if len(got) < n {
 		p.replayFrom, p.replayTo = "", ""
 	} else {
-		p.replayFrom = nextID(got[len(got)-1].ID)
+		p.replayFrom = redisx.NextID(got[len(got)-1].ID)
 	}
 	p.appliedMu.Unlock()
 	p.giveSlots(n - len(got))
@@ -237,18 +238,18 @@ func (p *Pool) advance(ctx context.Context, msgs []redis.XMessage) bool {
 	}
 	top, bottom := msgs[0].ID, msgs[0].ID
 	for _, m := range msgs[1:] {
-		top = MaxID(top, m.ID)
-		if lessID(m.ID, bottom) {
+		top = redisx.MaxID(top, m.ID)
+		if redisx.LessID(m.ID, bottom) {
 			bottom = m.ID
 		}
 	}
 	p.appliedMu.Lock()
 	applied, since, low := p.appliedID, p.recorded, p.low
 	p.appliedMu.Unlock()
-	if !lessID(applied, top) {
+	if !redisx.LessID(applied, top) {
 		return true
 	}
-	if p.cfg.Positions != nil && lessID(since, top) {
+	if p.cfg.Positions != nil && redisx.LessID(since, top) {
 		// A stop in flight still lets the entries read be handled (Run
 		// waits for them): the record outlives ctx, bounded.
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.ShutdownTimeout)
@@ -256,12 +257,12 @@ func (p *Pool) advance(ctx context.Context, msgs []redis.XMessage) bool {
 		bo := backoff.Backoff{Min: p.cfg.RetryBackoff, Max: p.cfg.MaxRetryBackoff}
 		for {
 			began := time.Now()
-			err := p.cfg.Positions.Advance(actx, p.cfg.Keys.Events(), p.cfg.Group, Position{Lead: top, Low: low}, since)
-			var be *BehindError
+			err := p.cfg.Positions.Advance(actx, p.cfg.Keys.Events(), p.cfg.Group, redisx.Position{Lead: top, Low: low}, since)
+			var be *redisx.BehindError
 			if errors.As(err, &be) {
 				// Recorded anyway; hand on again what the store lost
 				// (up to these entries, which are handed on next).
-				if rerr := p.replayAfter(be, prevID(bottom), StreamState{}); rerr != nil {
+				if rerr := p.replayAfter(be, redisx.PrevID(bottom), redisx.StreamState{}); rerr != nil {
 					p.historyLost(rerr)
 					return false
 				}
@@ -271,7 +272,7 @@ func (p *Pool) advance(ctx context.Context, msgs []redis.XMessage) bool {
 				p.redisOK(began)
 				break
 			}
-			if IsPermanent(err) {
+			if redisx.IsPermanent(err) {
 				p.stopWith(fmt.Errorf("record the sink's applied position: %w", err), "cannot record the sink's applied position: stopping")
 				return false
 			}
@@ -286,9 +287,9 @@ func (p *Pool) advance(ctx context.Context, msgs []redis.XMessage) bool {
 		since = top
 	}
 	p.appliedMu.Lock()
-	p.appliedID = MaxID(p.appliedID, top)
+	p.appliedID = redisx.MaxID(p.appliedID, top)
 	if p.cfg.Positions != nil {
-		p.recorded = MaxID(p.recorded, since)
+		p.recorded = redisx.MaxID(p.recorded, since)
 	}
 	p.appliedMu.Unlock()
 	return true

@@ -1,4 +1,4 @@
-package redisx_test
+package consumer_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/es-changefeed/es-changefeed/consumer"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
@@ -37,12 +38,12 @@ func addEvents(tb testing.TB, rdb *redis.Client, keys redisx.Keys, n, docs int) 
 }
 
 // runPool runs a pool until stop() and returns it.
-func runPool(tb testing.TB, cfg redisx.PoolConfig, h redisx.Handler) (*redisx.Pool, func()) {
+func runPool(tb testing.TB, cfg consumer.PoolConfig, h redisx.Handler) (*consumer.Pool, func()) {
 	tb.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = quiet
 	}
-	p, err := redisx.NewPool(cfg)
+	p, err := consumer.NewPool(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func TestPool_HandlesEveryEventInDocumentOrder(t *testing.T) {
 	var mu sync.Mutex
 	last := map[string]int64{}
 	var outOfOrder, n atomic.Int64
-	p, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Workers: 8}, func(ctx context.Context, e redisx.Event) error {
+	p, stop := runPool(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g", Workers: 8}, func(ctx context.Context, e redisx.Event) error {
 		mu.Lock()
 		if prev, ok := last[e.ID]; ok && e.SeqNo <= prev {
 			outOfOrder.Add(1)
@@ -118,7 +119,7 @@ func TestPool_DeadLettersAfterExactlyMaxDeliveries(t *testing.T) {
 	rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: keys.Events(), Values: poison.Values()})
 	addEvents(t, rdb, keys, 20, 5) // behind it, in the same (only) lane
 	var attempts, others atomic.Int64
-	p, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Workers: 1, MaxDeliveries: 4,
+	p, stop := runPool(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g", Workers: 1, MaxDeliveries: 4,
 		RetryBackoff: 5 * time.Millisecond}, func(ctx context.Context, e redisx.Event) error {
 		if e.ID == "poison" {
 			attempts.Add(1)
@@ -150,7 +151,7 @@ func TestPool_PermanentErrorDeadLettersAtOnce(t *testing.T) {
 	keys := redisx.NewKeys("perm")
 	addEvents(t, rdb, keys, 3, 3)
 	var calls atomic.Int64
-	p, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g"}, func(ctx context.Context, e redisx.Event) error {
+	p, stop := runPool(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g"}, func(ctx context.Context, e redisx.Event) error {
 		calls.Add(1)
 		return redisx.Permanent(errors.New("HTTP 400"))
 	})
@@ -168,7 +169,7 @@ func TestPool_MalformedEntryIsDeadLettered(t *testing.T) {
 	rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: keys.Events(), Values: []any{"op", "frobnicate"}})
 	addEvents(t, rdb, keys, 2, 2)
 	var calls atomic.Int64
-	p, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g"}, func(ctx context.Context, e redisx.Event) error {
+	p, stop := runPool(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g"}, func(ctx context.Context, e redisx.Event) error {
 		calls.Add(1)
 		return nil
 	})
@@ -191,7 +192,7 @@ func TestPool_ReclaimsFromDeadConsumerAndDrainsOwnPending(t *testing.T) {
 	mine, _ := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "me", Streams: []string{keys.Events(), ">"}, Count: 10}).Result()
 	var mu sync.Mutex
 	var order []string
-	p, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Consumer: "me", Workers: 1, MinIdle: 200 * time.Millisecond, DeadConsumerIdle: 400 * time.Millisecond},
+	p, stop := runPool(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g", Consumer: "me", Workers: 1, MinIdle: 200 * time.Millisecond, DeadConsumerIdle: 400 * time.Millisecond},
 		func(ctx context.Context, e redisx.Event) error {
 			mu.Lock()
 			order = append(order, e.StreamID)
@@ -254,7 +255,7 @@ func TestPool_HeldEventsAreNotReclaimed(t *testing.T) {
 		return nil
 	}
 	eager := func(ctx context.Context, e redisx.Event) error { record(e); return nil }
-	cfg := redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Consumer: "slow", Workers: 1, Prefetch: 12, MinIdle: minIdle}
+	cfg := consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g", Consumer: "slow", Workers: 1, Prefetch: 12, MinIdle: minIdle}
 	a, stopA := runPool(t, cfg, slow)
 	waitFor(t, "the slow consumer to hold everything", 30*time.Second, func() bool { return a.Stats().Read == 12 })
 	idleFrom := time.Now().Add(minIdle) // without heartbeats, reclaimable from then on
@@ -322,7 +323,7 @@ func TestPool_ShutdownHandlesWhatItRead(t *testing.T) {
 	started := make(chan struct{})
 	var once sync.Once
 	var finished atomic.Int64
-	p, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g"}, func(ctx context.Context, e redisx.Event) error {
+	p, stop := runPool(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g"}, func(ctx context.Context, e redisx.Event) error {
 		once.Do(func() { close(started) })
 		time.Sleep(100 * time.Millisecond)
 		finished.Add(1)
@@ -348,7 +349,7 @@ func TestPool_StopBeforeTheFirstRead(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	keys := redisx.NewKeys("early")
 	addEvents(t, rdb, keys, 3, 1)
-	p, err := redisx.NewPool(redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g"})
+	p, err := consumer.NewPool(consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +374,7 @@ func TestPool_ShutdownTimeoutLeavesTheRestPending(t *testing.T) {
 	started := make(chan struct{})
 	var once sync.Once
 	var finished atomic.Int64
-	_, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", ShutdownTimeout: 300 * time.Millisecond}, func(ctx context.Context, e redisx.Event) error {
+	_, stop := runPool(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g", ShutdownTimeout: 300 * time.Millisecond}, func(ctx context.Context, e redisx.Event) error {
 		once.Do(func() { close(started) })
 		time.Sleep(200 * time.Millisecond)
 		finished.Add(1)
@@ -401,7 +402,7 @@ func TestPool_BarrierForFeedEvents(t *testing.T) {
 	var before, after atomic.Int64
 	var atBarrier int64 = -1
 	var afterEarly atomic.Int64
-	p, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Workers: 8}, func(ctx context.Context, e redisx.Event) error {
+	p, stop := runPool(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g", Workers: 8}, func(ctx context.Context, e redisx.Event) error {
 		if e.Op == redisx.OpSnapshotEnd {
 			atBarrier = before.Load()
 			return nil
@@ -425,10 +426,10 @@ func TestPool_BarrierForFeedEvents(t *testing.T) {
 }
 
 // runPoolOnce runs a pool until it returns by itself (within 10s).
-func runPoolOnce(t *testing.T, cfg redisx.PoolConfig, h redisx.Handler) (*redisx.Pool, error) {
+func runPoolOnce(t *testing.T, cfg consumer.PoolConfig, h redisx.Handler) (*consumer.Pool, error) {
 	t.Helper()
 	cfg.Logger = quiet
-	p, err := redisx.NewPool(cfg)
+	p, err := consumer.NewPool(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +463,7 @@ func TestPool_HistoryLostAtStart(t *testing.T) {
 	h := func(context.Context, redisx.Event) error { calls.Add(1); return nil }
 
 	for run := 1; run <= 2; run++ {
-		p, err := runPoolOnce(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g1"}, h)
+		p, err := runPoolOnce(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g1"}, h)
 		if !errors.Is(err, redisx.ErrHistoryLost) || !strings.Contains(err.Error(), `"g1"`) || !strings.Contains(err.Error(), "20 entries") || !strings.Contains(err.Error(), "with a bootstrap") {
 			t.Fatalf("run %d: Run returned %v; want history lost naming g1, 20 entries and the bootstrap", run, err)
 		}
@@ -473,14 +474,14 @@ func TestPool_HistoryLostAtStart(t *testing.T) {
 	if rec, _ := redisx.RecordedLoss(ctx, rdb, keys, "g1"); !strings.Contains(rec, "20 entries") {
 		t.Fatalf("recorded loss %q: want the error", rec)
 	}
-	_, err := runPoolOnce(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "new"}, h)
+	_, err := runPoolOnce(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "new"}, h)
 	if !errors.Is(err, redisx.ErrHistoryLost) || !strings.Contains(err.Error(), `new group "new"`) || !strings.Contains(err.Error(), "30 of 50") {
 		t.Fatalf("a new group on the trimmed stream: %v; want it refused, naming 30 of 50 entries gone", err)
 	}
 	if n := rdb.XInfoGroups(ctx, keys.Events()).Val(); len(n) != 1 {
 		t.Fatalf("groups %+v: the refused group was created", n)
 	}
-	p, stop := runPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "tail", Start: "$"}, h)
+	p, stop := runPool(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "tail", Start: "$"}, h)
 	waitFor(t, "the $ group", 5*time.Second, func() bool { return len(rdb.XInfoGroups(ctx, keys.Events()).Val()) == 2 })
 	addEvents(t, rdb, keys, 3, 3)
 	waitFor(t, "the $ group to handle new events", 5*time.Second, func() bool { return p.Stats().Acked == 3 })
@@ -511,7 +512,7 @@ func TestPool_HistoryLostWhileRunning(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 		return nil
 	}
-	p, err := runPoolOnce(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "slow", Workers: 1, Prefetch: 2}, h)
+	p, err := runPoolOnce(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "slow", Workers: 1, Prefetch: 2}, h)
 	if !errors.Is(err, redisx.ErrHistoryLost) {
 		t.Fatalf("Run returned %v; want history lost", err)
 	}
@@ -540,7 +541,7 @@ func TestPool_PendingEntriesGone(t *testing.T) {
 	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "ghost", Streams: []string{keys.Events(), ">"}, Count: 10})
 	all := rdb.XRange(ctx, keys.Events(), "-", "+").Val()
 	rdb.XTrimMinID(ctx, keys.Events(), all[5].ID)
-	_, err := runPoolOnce(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", MinIdle: 100 * time.Millisecond},
+	_, err := runPoolOnce(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g", MinIdle: 100 * time.Millisecond},
 		func(context.Context, redisx.Event) error { return nil })
 	if !errors.Is(err, redisx.ErrHistoryLost) || !strings.Contains(err.Error(), "5 pending entries are gone") {
 		t.Fatalf("Run returned %v; want history lost naming 5 pending entries gone", err)

@@ -1,4 +1,4 @@
-package redisx_test
+package consumer_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/es-changefeed/es-changefeed/consumer"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
@@ -142,12 +143,12 @@ func (r *poolRun) wait(tb testing.TB, within time.Duration) error {
 }
 
 // startPool runs a pool until the test ends.
-func startPool(tb testing.TB, cfg redisx.PoolConfig, h redisx.Handler) (*redisx.Pool, *poolRun) {
+func startPool(tb testing.TB, cfg consumer.PoolConfig, h redisx.Handler) (*consumer.Pool, *poolRun) {
 	tb.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = quiet
 	}
-	p, err := redisx.NewPool(cfg)
+	p, err := consumer.NewPool(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func TestPool_NoticesRedisLostAppliedEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	p, run := startPool(t, redisx.PoolConfig{Client: client, Keys: keys, Group: "g", Block: 100 * time.Millisecond, RepairGrace: time.Second}, rec.handle)
+	p, run := startPool(t, consumer.PoolConfig{Client: client, Keys: keys, Group: "g", Block: 100 * time.Millisecond, RepairGrace: time.Second}, rec.handle)
 	waitFor(t, "3 entries acknowledged", 10*time.Second, func() bool { return p.Stats().Acked == 3 })
 	incr, _ := filepath.Glob(filepath.Join(srv.AOFDir(), "*.incr.aof"))
 	fi, err := os.Stat(incr[0])
@@ -203,7 +204,7 @@ func TestPool_NoticesRedisLostAppliedEntries(t *testing.T) {
 	err = run.wait(t, 20*time.Second)
 	var rb *redisx.StreamRolledBackError
 	if !errors.As(err, &rb) || !errors.Is(err, redisx.ErrHistoryLost) || rb.Applied != "5000-0" {
-		t.Fatalf("Run = %v; want a *StreamRolledBackError for entry 5000-0", err)
+		t.Fatalf("Run = %v; want a *redisx.StreamRolledBackError for entry 5000-0", err)
 	}
 	if got := rec.seen(); slices.Contains(got, "6000-0") {
 		t.Errorf("the pool handed on %v: an entry of the new history after the loss", got)
@@ -228,11 +229,11 @@ func TestPool_AppliedPosition(t *testing.T) {
 		pos.set(keys.Events(), "g", redisx.Position{Lead: "4000-0", Low: "3000-1"}) // applied, then lost
 		addAt(t, rdb, keys, "9000-0")
 		var rec recorder
-		_, run := startPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Positions: pos, RepairGrace: time.Second}, rec.handle)
+		_, run := startPool(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g", Positions: pos, RepairGrace: time.Second}, rec.handle)
 		err := run.wait(t, 10*time.Second)
 		var rb *redisx.StreamRolledBackError
 		if !errors.As(err, &rb) || rb.Applied != "4000-0" {
-			t.Fatalf("Run = %v; want a *StreamRolledBackError for entry 4000-0", err)
+			t.Fatalf("Run = %v; want a *redisx.StreamRolledBackError for entry 4000-0", err)
 		}
 		if got := rec.seen(); len(got) != 0 {
 			t.Errorf("handed on %v before the check", got)
@@ -254,7 +255,7 @@ func TestPool_AppliedPosition(t *testing.T) {
 		rdb.HSet(ctx, keys.Meta(), redisx.RollbacksField, v)
 		addAt(t, rdb, keys, "6000-0")
 		var rec recorder
-		p, _ := startPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Positions: pos}, rec.handle)
+		p, _ := startPool(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g", Positions: pos}, rec.handle)
 		waitFor(t, "6000-0 handled", 10*time.Second, func() bool { return p.Stats().Acked == 1 })
 		if got := rec.seen(); !slices.Equal(got, []string{"6000-0"}) {
 			t.Errorf("handled %v, want [6000-0]", got)
@@ -273,7 +274,7 @@ func TestPool_AppliedPosition(t *testing.T) {
 		pos := &memPositions{pos: map[string]redisx.Position{}}
 		pos.set(keys.Events(), "g", redisx.Position{Lead: "4000-0", Low: "3000-1"})
 		var rec recorder
-		p, _ := startPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Positions: pos, RepairGrace: time.Minute}, rec.handle)
+		p, _ := startPool(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g", Positions: pos, RepairGrace: time.Minute}, rec.handle)
 		time.Sleep(300 * time.Millisecond) // the pool found the loss and waits
 		v, err := redisx.AppendRollback("", redisx.Rollback{After: "3000-0", Before: "5000-0", Commits: 1})
 		if err != nil {
@@ -297,7 +298,7 @@ func TestPool_AppliedPosition(t *testing.T) {
 		pos := &memPositions{pos: map[string]redisx.Position{}}
 		pos.set(keys.Events(), "g", redisx.Position{Lead: "3000-0", Low: "2000-0"}) // what it holds now
 		var rec recorder
-		p, _ := startPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Positions: pos}, rec.handle)
+		p, _ := startPool(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g", Positions: pos}, rec.handle)
 		waitFor(t, "the lost entries handed on again", 10*time.Second, func() bool { return len(rec.seen()) == 4 })
 		addAt(t, rdb, keys, "6000-0")
 		waitFor(t, "6000-0 handled", 10*time.Second, func() bool { return p.Stats().Acked == 1 })
@@ -316,7 +317,7 @@ func TestPool_AppliedPosition(t *testing.T) {
 		addAt(t, rdb, keys, "1000-0", "2000-0", "3000-0")
 		pos := &memPositions{pos: map[string]redisx.Position{}}
 		var rec recorder
-		p, _ := startPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Positions: pos, Block: 100 * time.Millisecond}, rec.handle)
+		p, _ := startPool(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g", Positions: pos, Block: 100 * time.Millisecond}, rec.handle)
 		waitFor(t, "3 entries", 10*time.Second, func() bool { return p.Stats().Acked == 3 })
 		pos.set(keys.Events(), "g", redisx.Position{Lead: "1000-0", Low: "1000-0"}) // the store went back
 		addAt(t, rdb, keys, "4000-0")
@@ -337,7 +338,7 @@ func TestPool_AppliedPosition(t *testing.T) {
 		pos := &memPositions{pos: map[string]redisx.Position{}}
 		pos.set(keys.Events(), "g", redisx.Position{Lead: "3000-0", Low: "2000-0"})
 		var rec recorder
-		_, run := startPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Positions: pos}, rec.handle)
+		_, run := startPool(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g", Positions: pos}, rec.handle)
 		if err := run.wait(t, 10*time.Second); !errors.Is(err, redisx.ErrHistoryLost) {
 			t.Fatalf("Run = %v, want history lost", err)
 		}
@@ -360,7 +361,7 @@ func TestPool_AppliedPosition(t *testing.T) {
 			}
 			return nil
 		}
-		p, _ := startPool(t, redisx.PoolConfig{Client: rdb, Keys: keys, Group: "g", Positions: pos, Block: 100 * time.Millisecond}, h)
+		p, _ := startPool(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g", Positions: pos, Block: 100 * time.Millisecond}, h)
 		waitFor(t, "2 entries", 10*time.Second, func() bool { return p.Stats().Acked == 2 })
 		addAt(t, rdb, keys, "3000-0")
 		waitFor(t, "3 entries", 10*time.Second, func() bool { return p.Stats().Acked == 3 })
