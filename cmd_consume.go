@@ -154,8 +154,26 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 			return err
 		}
 	}
+	name := cmd.String("consumer")
+	if name == "" {
+		name = ownerName()
+	}
+	reg, err := newRegistry()
+	if err != nil {
+		closeSink()
+		return err
+	}
+	f, err := consumer.New(consumer.Config{Client: rdb, Feed: feed, Partitions: partitions, Metrics: reg,
+		Pool: consumer.PoolConfig{Group: group, Consumer: name, Workers: cmd.Int("workers"), Start: cmd.String("start"),
+			Prefetch: cmd.Int("prefetch"), MinIdle: cmd.Duration("min-idle"), MaxDeliveries: int64(cmd.Int("max-deliveries")),
+			ShutdownTimeout: cmd.Duration("shutdown-timeout"), RepairGrace: cmd.Duration("repair-grace"),
+			Positions: sinkPositions(s), Logger: log}})
+	if err != nil {
+		closeSink()
+		return usageError{err}
+	}
 	if cmd.Bool("bootstrap") {
-		if err := bootstrapGroup(ctx, cmd, rdb, feed, group, partitions, s, log); err != nil {
+		if err := bootstrapGroup(ctx, cmd, rdb, f, s, log); err != nil {
 			closeSink()
 			return err
 		}
@@ -163,39 +181,19 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 			return s.Close(context.WithoutCancel(ctx))
 		}
 	}
-	name := cmd.String("consumer")
-	if name == "" {
-		name = ownerName()
-	}
-	reg, err := consumeRegistry(rdb, feed, partitions)
-	if err != nil {
-		return err
-	}
-	pools, err := partitionPools(consumer.PoolConfig{Client: rdb, Keys: keys, Group: group, Consumer: name,
-		Workers: cmd.Int("workers"), Start: cmd.String("start"), Prefetch: cmd.Int("prefetch"),
-		MinIdle: cmd.Duration("min-idle"), MaxDeliveries: int64(cmd.Int("max-deliveries")),
-		ShutdownTimeout: cmd.Duration("shutdown-timeout"), Logger: log, Metrics: reg, Positions: sinkPositions(s), RepairGrace: cmd.Duration("repair-grace")}, feed, partitions)
-	if err != nil {
-		return usageError{err}
-	}
 	alive := func() (bool, string) { return true, "consuming as " + name }
 	if err := serveOps(ctx, cmd.String("metrics-addr"), reg, rdb, keys, nil, alive, alive, log); err != nil {
+		closeSink()
 		return err
 	}
 	if partitions > 1 {
-		log.Info("consuming", logkey.Streams, streamsOf(feed, partitions), logkey.Partitions, partitions, logkey.Group, group, logkey.Consumer, name, logkey.Sink, cmd.String("sink"))
+		log.Info("consuming", logkey.Streams, f.Streams(), logkey.Partitions, partitions, logkey.Group, group, logkey.Consumer, name, logkey.Sink, cmd.String("sink"))
 	} else {
 		log.Info("consuming", logkey.Stream, keys.Events(), logkey.Group, group, logkey.Consumer, name, logkey.Sink, cmd.String("sink"))
 	}
-	go watchPartitions(ctx, rdb, feed, partitions, partitionsRecheck, func(err error) {
-		err = fmt.Errorf("the feed recorded its partition count after this consumer started: %w; restart consume (without --partitions it reads every recorded partition)", err)
-		log.Error("stopping", logkey.Error, err.Error())
-		stop(err)
-	})
-	runErr := runPools(ctx, pools, s.Handler())
-	var pe *redisx.PartitionsError
-	if cause := context.Cause(ctx); runErr == nil && errors.As(cause, &pe) {
-		runErr = cause
+	runErr := f.Run(ctx, s.Handler())
+	if pe := (*redisx.PartitionsError)(nil); errors.As(runErr, &pe) {
+		runErr = fmt.Errorf("%w; restart consume (without --partitions it reads every recorded partition)", runErr)
 	}
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), cmd.Duration("shutdown-timeout"))
 	defer ccancel()

@@ -18,13 +18,13 @@
 //     database, sentinels). PermissionHook reports commands refused with
 //     NOPERM, so a process can stop instead of retrying them.
 //   - Lease is the relay's fencing lease (SET NX PX, renewed at TTL/3).
-//   - Pool is a worker pool in a consumer group: a Handler returns nil to
-//     have an event acknowledged; errors are retried with backoff (each
-//     retry a counted delivery) up to MaxDeliveries, then the event goes to
-//     the dead-letter stream, acknowledged in the same MULTI. Events of one
-//     document (index_uuid, shard, id) are handled by one lane, in order.
-//     Pending events of dead consumers are reclaimed with XAUTOCLAIM after
-//     MinIdle; events a live consumer holds are kept its own.
+//   - Handler (and Permanent, Chain) is what a sink offers a consumer
+//     pool (package consumer): nil to have an event acknowledged, a
+//     Permanent error to dead-letter it; Positions is where a sink records
+//     how far it applied the stream, in a store of its own.
+//   - ReadGroups and HistoryLostError tell what a consumer group can no
+//     longer read; Rollback records the losses of the feed's Redis the
+//     relay repaired.
 //
 // Consumers in other languages need only XREADGROUP and XACK on
 // escf:{feed}:events, and the field list of Event.

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -159,3 +160,7 @@ func RecordPartitions(ctx context.Context, rdb redis.UniversalClient, feed strin
 	}
 	return CheckPartitions(ctx, rdb, feed, partitions)
 }
+
+// PartitionLabels are the const labels of partition p's collectors (the
+// relays' of a Feed, and consume's).
+func PartitionLabels(p int) prometheus.Labels { return prometheus.Labels{"partition": strconv.Itoa(p)} }

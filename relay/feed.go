@@ -242,7 +242,7 @@ func NewFeed(cfg FeedConfig) (*Feed, error) {
 		if cfg.Partitions > 1 {
 			keys, log = redisx.PartitionKeys(cfg.Feed, n, cfg.Partitions), log.With(logkey.Partition, n)
 			if reg != nil {
-				reg = prometheus.WrapRegistererWith(PartitionLabels(n), reg)
+				reg = prometheus.WrapRegistererWith(redisx.PartitionLabels(n), reg)
 			}
 		}
 		p, err := f.newPart(n, keys, log, reg)
@@ -484,10 +484,6 @@ func (f *Feed) Ready() (bool, string) {
 func (f *Feed) held(m *partition.Manager) string {
 	return fmt.Sprintf("holding partitions %v of %d (%d relays)", m.Held(), f.cfg.Partitions, m.Members())
 }
-
-// PartitionLabels are the const labels of partition p's collectors (the
-// relays' of a Feed, and consume's).
-func PartitionLabels(p int) prometheus.Labels { return prometheus.Labels{"partition": strconv.Itoa(p)} }
 
 // Keys are the Redis keys of partition p (0 for an unpartitioned feed).
 func (f *Feed) Keys(p int) redisx.Keys { return f.parts[p].keys }

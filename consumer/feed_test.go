@@ -1,4 +1,4 @@
-package main
+package consumer
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/es-changefeed/es-changefeed/consumer"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
@@ -43,11 +42,12 @@ func TestPartitionPools(t *testing.T) {
 	poisonPart := redisx.Partition(uuid, 3, P)
 
 	reg := prometheus.NewRegistry()
-	pools, err := partitionPools(consumer.PoolConfig{Client: rdb, Keys: redisx.NewKeys(feed), Group: "g", Consumer: "c",
-		Workers: 8, MinIdle: time.Second, Metrics: reg}, feed, P)
+	f, err := New(Config{Client: rdb, Feed: feed, Partitions: P, Metrics: reg,
+		Pool: PoolConfig{Group: "g", Consumer: "c", Workers: 8, MinIdle: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	pools := f.Pools()
 	if len(pools) != P {
 		t.Fatalf("%d pools, want %d", len(pools), P)
 	}
@@ -64,7 +64,7 @@ func TestPartitionPools(t *testing.T) {
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- runPools(rctx, pools, h) }()
+	go func() { done <- f.Run(rctx, h) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		mu.Lock()
@@ -99,7 +99,7 @@ func TestPartitionPools(t *testing.T) {
 	}
 	cancel()
 	if err := <-done; err != nil {
-		t.Fatalf("runPools: %v", err)
+		t.Fatalf("Run: %v", err)
 	}
 	for id, n := range seen {
 		if n != 1 {
@@ -116,24 +116,26 @@ func TestPartitionPools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parts := map[string]bool{}
-	for _, mf := range mfs {
-		if mf.GetName() != "escf_consumer_events_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "partition" {
-					parts[l.GetValue()] = true
+	for _, name := range []string{"escf_consumer_events_total", "escf_stream_entries"} {
+		parts := map[string]bool{}
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "partition" {
+						parts[l.GetValue()] = true
+					}
 				}
 			}
 		}
+		if len(parts) != P {
+			t.Errorf("%s has partitions %v, want 0..%d", name, parts, P-1)
+		}
 	}
-	if len(parts) != P {
-		t.Errorf("escf_consumer_events_total has partitions %v, want 0..%d", parts, P-1)
-	}
-	if _, err := consumeRegistry(rdb, feed, P); err != nil { // P stream collectors, no duplicate
-		t.Errorf("consumeRegistry: %v", err)
+	if f.Pools()[0].cfg.Workers != 3 {
+		t.Errorf("each partition's pool has %d lanes, want ceil(8/3) = 3", f.Pools()[0].cfg.Workers)
 	}
 }
 
@@ -169,8 +171,15 @@ func TestWatchPartitions(t *testing.T) {
 	defer cancel()
 	stopped := make(chan error, 2)
 	one, four := countedClient(t, srv), countedClient(t, srv)
-	go watchPartitions(ctx, one, "w", 1, 20*time.Millisecond, func(err error) { stopped <- err })
-	go watchPartitions(ctx, four, "w", 4, 20*time.Millisecond, func(err error) { stopped <- err })
+	watcher := func(c *readCounter, partitions int) *Feed {
+		f, err := New(Config{Client: c, Feed: "w", Partitions: partitions, PartitionsRecheck: 20 * time.Millisecond, Pool: PoolConfig{Group: "g"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	go watcher(one, 1).watchPartitions(ctx, func(err error) { stopped <- err })
+	go watcher(four, 4).watchPartitions(ctx, func(err error) { stopped <- err })
 	// Two reads of each watcher begun: the first has been checked.
 	waitReads(t, one, 2)
 	waitReads(t, four, 2)
