@@ -130,7 +130,7 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 	if cmd.IsSet("partitions") {
 		lookIn = cmd.Int("partitions")
 	}
-	if err := waitForFeed(ctx, rdb, feed, lookIn, wait, feedPoll, log); err != nil {
+	if err := consumer.WaitForFeed(ctx, rdb, feed, lookIn, wait, consumer.FeedPoll, log); err != nil {
 		closeSink()
 		var nf *redisx.FeedNotFoundError
 		switch {
