@@ -19,7 +19,7 @@ import (
 // bootstrap recorded while it copies: the relay's safe trimming keeps every
 // group's unread entries, so nothing after the position is trimmed before
 // the real group is moved there.
-func holdGroup(group string) string { return "escf-bootstrap:" + group }
+func holdGroup(group string) string { return redisx.HoldGroup(group) }
 
 // position is where a stream was when a bootstrap began: its last id and
 // the number of entries ever added up to it.

@@ -325,12 +325,12 @@ func NewBulk(cfg BulkConfig) (*Bulk, error) {
 
 // BulkTombstonePrefix is where the bulk sinks of a feed keep their delete
 // tombstones (idempotency.TombstonesConfig.Prefix) for partition p of
-// partitions: "escf:{<feed>}:fence:bulk:deletes" (with partitions, under
-// the partition's hash tag), hashes "<prefix>:<index_uuid>:<bucket>". Every
+// partitions: redisx.Keys.BulkTombstones of the partition, hashes
+// "<prefix>:<index_uuid>:<bucket>". Every
 // bulk sink of the feed shares them: a delete is a fact about the source,
 // whatever the target.
 func BulkTombstonePrefix(feed string, p, partitions int) string {
-	return redisx.PartitionKeys(feed, p, partitions).Fence("bulk:deletes")
+	return redisx.PartitionKeys(feed, p, partitions).BulkTombstones()
 }
 
 // Handler returns the sink's handler (see Bulk for its outcomes). It may be
