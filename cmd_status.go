@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/status"
@@ -93,7 +94,7 @@ func statusAction(ctx context.Context, cmd *cli.Command) error {
 		return fmt.Errorf("%w: feed %s does not exist in %s", errUnhealthy, feed, rcfg.Redacted())
 	}
 	// The partition record is read with HGETALL, which status's ACL has.
-	meta, err := rdb.HGetAll(ctx, keys.Meta()).Result()
+	meta, err := checkpoint.ReadMeta(ctx, rdb, keys)
 	if err != nil {
 		return explainRedis(err, "redis", rcfg)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
@@ -215,7 +216,7 @@ func (c *copier) closedFollowed(ctx context.Context, name string) (bool, error) 
 	if err != nil {
 		return false, err
 	}
-	g, err := c.feed.generation(ctx, c.cfg.Redis, s.UUID)
+	g, err := checkpoint.ReadGeneration(ctx, c.cfg.Redis, c.feed.keys, s.UUID)
 	return g > 0, err
 }
 
@@ -264,7 +265,7 @@ func (c *copier) copyIndexOnce(ctx context.Context, name, expr string) error {
 		c.skip(name, "sequence numbers disabled (index.disable_sequence_numbers): the relay refuses it")
 		return nil
 	}
-	gen, err := c.feed.generation(ctx, c.cfg.Redis, settings.UUID)
+	gen, err := checkpoint.ReadGeneration(ctx, c.cfg.Redis, c.feed.keys, settings.UUID)
 	if err != nil {
 		return err
 	}

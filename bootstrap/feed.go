@@ -3,9 +3,7 @@ package bootstrap
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
-	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -87,50 +85,10 @@ func (fs *feedState) target(uuid string) (string, bool) {
 	return info.Target, ok && info.Target != ""
 }
 
-// generation reads the generation the relay gave an index uuid (the
-// feed-level hash every partition's relay writes to); 0 when it has none:
-// the relay has not adopted the index.
-func (fs *feedState) generation(ctx context.Context, rdb redis.UniversalClient, uuid string) (int64, error) {
-	key := fs.keys.Generations()
-	s, err := rdb.HGet(ctx, key, uuid).Result()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read the generation of index uuid %s from %s: %w", uuid, key, err)
-	}
-	g, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || g < 1 {
-		return 0, fmt.Errorf("%s field %s = %q is not a generation (want an integer >= 1)", key, uuid, s)
-	}
-	return g, nil
-}
-
-// shardState is what the feed holds of one shard now: the relay's
-// checkpoint (every op at or below it is in the stream; read is false when
-// the relay has not read the shard yet) and the history_uuid it read under
-// ("" when not recorded).
-type shardState struct {
-	checkpoint int64
-	read       bool
-	history    string
-}
-
 // shard reads a shard's checkpoint and history from its partition's
-// checkpoints hash.
-func (fs *feedState) shard(ctx context.Context, rdb redis.UniversalClient, uuid string, shard int) (shardState, error) {
+// checkpoints hash: every op at or below the checkpoint is in the stream
+// (Read is false when the relay has not read the shard yet).
+func (fs *feedState) shard(ctx context.Context, rdb redis.UniversalClient, uuid string, shard int) (checkpoint.Cursor, error) {
 	keys := redisx.PartitionKeys(fs.feed, redisx.Partition(uuid, shard, fs.partitions), fs.partitions)
-	vals, err := rdb.HMGet(ctx, keys.Checkpoints(), redisx.CheckpointField(uuid, shard), redisx.HistoryField(uuid, shard)).Result()
-	if err != nil {
-		return shardState{}, fmt.Errorf("read the checkpoint of shard %d of index uuid %s from %s: %w", shard, uuid, keys.Checkpoints(), err)
-	}
-	var st shardState
-	if s, ok := vals[0].(string); ok {
-		if st.checkpoint, err = strconv.ParseInt(s, 10, 64); err != nil {
-			return shardState{}, fmt.Errorf("%s field %s = %q is not a checkpoint", keys.Checkpoints(), redisx.CheckpointField(uuid, shard), s)
-		}
-		st.read = true
-	}
-	st.history, _ = vals[1].(string)
-	return st, nil
+	return checkpoint.ReadCursor(ctx, rdb, keys, checkpoint.ShardID{IndexUUID: uuid, Shard: shard})
 }

@@ -70,14 +70,14 @@ func (c *copier) copyShardOnce(ctx context.Context, ix *indexCopy, shard int) (s
 	if err != nil {
 		return out, err
 	}
-	if !fst.read && c.cfg.Reconciler == nil {
+	if !fst.Read && c.cfg.Reconciler == nil {
 		// The relay has not read the shard: every document of it is in
 		// the stream after the recorded position.
 		return out, nil
 	}
-	if fst.history != "" && primary.HistoryUUID != "" && fst.history != primary.HistoryUUID {
+	if fst.History != "" && primary.HistoryUUID != "" && fst.History != primary.HistoryUUID {
 		return out, fmt.Errorf("%w: shard %d of %s has history_uuid %s, but the feed read it under %s: a copy lacking acknowledged operations was made its primary (or a snapshot restored), so its seq nos no longer order its documents against the stream; the relay stops on it too: run `es-changefeed resync`, then bootstrap again",
-			ErrHistoryReplaced, shard, ix.name, primary.HistoryUUID, fst.history)
+			ErrHistoryReplaced, shard, ix.name, primary.HistoryUUID, fst.History)
 	}
 	// After the refresh every op at or below the gcp read above, and so
 	// at or below the relay's checkpoint read before it, is in the view
@@ -100,7 +100,7 @@ func (c *copier) copyShardOnce(ctx context.Context, ix *indexCopy, shard int) (s
 			if c.cfg.Reconciler != nil {
 				out.present = append(out.present, docHash(h.ID, h.Routing), shardHash(h.ID, shard))
 			}
-			if !fst.read || h.SeqNo > fst.checkpoint {
+			if !fst.Read || h.SeqNo > fst.Checkpoint {
 				out.deferred++
 				continue
 			}

@@ -6,4 +6,10 @@
 // counts itself in the meta hash, so a Redis that came back with an older
 // state (ErrRolledBack) is noticed before anything is written on it;
 // Store.Rebase says what it lost.
+//
+// The package is the one reader of the feed's state hashes: Store.Load and
+// Store.Meta for the holder of a Store, and ReadMeta, ReadCursor,
+// ReadGeneration, ReadDeliveredSize, ReadLegacyRouting, RangeCounts and
+// ReadRanges for the packages that only read them (status, bootstrap,
+// deletes, sink), so their fields are known here and in Commit only.
 package checkpoint

@@ -298,11 +298,7 @@ func (s *Store) Keys() redisx.Keys { return s.cfg.Keys }
 
 // Meta reads the feed's meta hash (empty when the feed has none).
 func (s *Store) Meta(ctx context.Context) (map[string]string, error) {
-	m, err := s.cfg.Client.HGetAll(ctx, s.cfg.Keys.Meta()).Result()
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", s.cfg.Keys.Meta(), err)
-	}
-	return m, nil
+	return ReadMeta(ctx, s.cfg.Client, s.cfg.Keys)
 }
 
 // ErrStateLost means the feed's stream exists but its state (meta hash,

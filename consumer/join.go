@@ -12,12 +12,6 @@ import (
 	"github.com/es-changefeed/es-changefeed/redisx"
 )
 
-// HoldGroup is the name of the group that holds a stream at the position a
-// Join recorded while the copy runs: the relay's safe trimming keeps every
-// group's unread entries, so nothing after the position is trimmed before
-// the real group is moved there.
-func HoldGroup(group string) string { return "escf-bootstrap:" + group }
-
 // position is where a stream was when a Join began: its last id and the
 // number of entries ever added up to it.
 type position struct {
@@ -32,7 +26,9 @@ type position struct {
 //
 //  1. record each partition stream's position (last id and entries-added,
 //     from one XINFO STREAM) and hold it with a group of its own
-//     (HoldGroup);
+//     (redisx.HoldGroup: the relay's safe trimming keeps every
+//     group's unread entries, so nothing after the position is trimmed
+//     before the real group is moved there);
 //  2. copy: hand every current document of the feed's indices to the sink
 //     (package bootstrap), from views taken after 1;
 //  3. reset the sink's recorded position (Pool.Positions) to the recorded
@@ -61,7 +57,7 @@ func (f *Feed) Join(ctx context.Context, copyDocs func(context.Context) error) e
 		if p.id == "" {
 			p.id = "0-0"
 		}
-		if err := setGroup(ctx, f.cfg.Client, k.Events(), HoldGroup(group), p); err != nil {
+		if err := setGroup(ctx, f.cfg.Client, k.Events(), redisx.HoldGroup(group), p); err != nil {
 			return fmt.Errorf("hold %s at %s for the bootstrap: %w", k.Events(), p.id, err)
 		}
 		log.Info("bootstrap: recorded the stream's position", logkey.Stream, k.Events(), logkey.ID, p.id, logkey.EntriesAdded, p.added)
@@ -135,7 +131,7 @@ func moveGroup(ctx context.Context, rdb redis.UniversalClient, p position, group
 		}
 		pipe.HDel(ctx, p.keys.Lost(), group)
 		pipe.HDel(ctx, p.keys.Applied(), group)
-		pipe.XGroupDestroy(ctx, stream, HoldGroup(group))
+		pipe.XGroupDestroy(ctx, stream, redisx.HoldGroup(group))
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {

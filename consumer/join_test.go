@@ -51,7 +51,7 @@ func TestFeed_Join(t *testing.T) {
 		err := f.Join(ctx, func(context.Context) error {
 			// While the copy runs the relay goes on, and the group that
 			// holds the position keeps those entries.
-			if _, ok := groupOf(t, rdb, keys.Events(), consumer.HoldGroup("g")); !ok {
+			if _, ok := groupOf(t, rdb, keys.Events(), redisx.HoldGroup("g")); !ok {
 				t.Error("no holding group while the copy runs")
 			}
 			addAt(t, rdb, keys, "4000-0", "5000-0")
@@ -64,7 +64,7 @@ func TestFeed_Join(t *testing.T) {
 		if !ok || g.LastDeliveredID != "3000-0" || g.EntriesRead != 3 || g.Lag != 2 {
 			t.Fatalf("group after Join: %+v (exists %v); want it at 3000-0 with 3 read and 2 left", g, ok)
 		}
-		if _, held := groupOf(t, rdb, keys.Events(), consumer.HoldGroup("g")); held {
+		if _, held := groupOf(t, rdb, keys.Events(), redisx.HoldGroup("g")); held {
 			t.Error("the holding group is left after the Join")
 		}
 		if got := pos.pos[keys.Events()+"|g"]; got != (redisx.Position{Lead: "3000-0", Low: "3000-0"}) {
@@ -119,7 +119,7 @@ func TestFeed_Join(t *testing.T) {
 		if g, _ := groupOf(t, rdb, keys.Events(), "g"); g.LastDeliveredID != "1000-0" {
 			t.Errorf("the group moved to %s although the copy failed", g.LastDeliveredID)
 		}
-		if _, held := groupOf(t, rdb, keys.Events(), consumer.HoldGroup("g")); !held {
+		if _, held := groupOf(t, rdb, keys.Events(), redisx.HoldGroup("g")); !held {
 			t.Error("the holding group went with the failed copy (it keeps the position for the next Join)")
 		}
 		addAt(t, rdb, keys, "3000-0")
@@ -129,7 +129,7 @@ func TestFeed_Join(t *testing.T) {
 		if g, _ := groupOf(t, rdb, keys.Events(), "g"); g.LastDeliveredID != "3000-0" {
 			t.Errorf("the second Join left the group at %s, want 3000-0", g.LastDeliveredID)
 		}
-		if _, held := groupOf(t, rdb, keys.Events(), consumer.HoldGroup("g")); held {
+		if _, held := groupOf(t, rdb, keys.Events(), redisx.HoldGroup("g")); held {
 			t.Error("the holding group is left after the second Join")
 		}
 	})

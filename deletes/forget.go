@@ -96,12 +96,12 @@ func forgetShardDocs(ctx context.Context, rdb redis.UniversalClient, keys redisx
 	if err != nil {
 		return 0, fmt.Errorf("read %s: %w", set, err)
 	}
-	gap, err := rdb.HGet(ctx, keys.Checkpoints(), redisx.GapField(g.UUID, n)).Int64()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return 0, fmt.Errorf("read the gap counter of shard %s: %w", id, err)
+	cur, err := checkpoint.ReadCursor(ctx, rdb, keys, id)
+	if err != nil {
+		return 0, err
 	}
 	var emitted map[string]bool
-	if legacy > 0 || gap > 0 {
+	if legacy > 0 || cur.Gap > 0 {
 		emitted = map[string]bool{}
 	}
 	event := func(docID, routing string) redisx.Event {
@@ -162,7 +162,7 @@ func forgetShardDocs(ctx context.Context, rdb redis.UniversalClient, keys redisx
 		if len(ids) > forgetChunk {
 			ids = ids[:forgetChunk]
 		}
-		routing, err := rdb.HMGet(ctx, keys.Routing(g.UUID, n), ids...).Result()
+		routing, err := checkpoint.ReadLegacyRouting(ctx, rdb, keys, id, ids)
 		if err != nil {
 			return deleted, err
 		}
@@ -172,8 +172,7 @@ func forgetShardDocs(ctx context.Context, rdb redis.UniversalClient, keys redisx
 				continue
 			}
 			emitted[docID] = true
-			r, _ := routing[i].(string)
-			b.Events = append(b.Events, event(docID, r))
+			b.Events = append(b.Events, event(docID, routing[i]))
 		}
 		if err := store.Commit(ctx, b); err != nil {
 			return deleted, err

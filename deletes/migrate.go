@@ -74,12 +74,12 @@ func (s *Scanner) migrate(ctx context.Context, ec *es.Client, sh Shard, legacy i
 	}
 	m := &migration{gone: gone, routing: map[string]string{}}
 	if len(gone) > 0 {
-		vals, err := s.cfg.Client.HMGet(ctx, s.cfg.Keys.Routing(sh.UUID, sh.Shard), gone...).Result()
+		vals, err := checkpoint.ReadLegacyRouting(ctx, s.cfg.Client, s.cfg.Keys, sh.id(), gone)
 		if err != nil {
-			return nil, fail.abort("read routing of %d gone ids: %v", len(gone), err)
+			return nil, fail.abort("%v", err)
 		}
-		for i, v := range vals {
-			if r, ok := v.(string); ok && r != "" {
+		for i, r := range vals {
+			if r != "" {
 				m.routing[gone[i]] = r
 			}
 		}
@@ -96,7 +96,7 @@ func (s *Scanner) migrationPass(ctx context.Context, ec *es.Client, sh Shard, sc
 	k := s.cfg.Keys
 	rdb := s.cfg.Client
 	scratch := k.Scan(sh.UUID, sh.Shard)
-	set, routingKey := k.Delivered(sh.UUID, sh.Shard), k.Routing(sh.UUID, sh.Shard)
+	set := k.Delivered(sh.UUID, sh.Shard)
 	if err := rdb.Del(ctx, scratch).Err(); err != nil {
 		return nil, fail.abort("clear scratch hash: %v", err)
 	}
@@ -148,9 +148,9 @@ func (s *Scanner) migrationPass(ctx context.Context, ec *es.Client, sh Shard, sc
 			if err != nil {
 				return nil, fail.abort("read listed seq nos: %v", err)
 			}
-			routing, err := rdb.HMGet(ctx, routingKey, ids...).Result()
+			routing, err := checkpoint.ReadLegacyRouting(ctx, rdb, k, sh.id(), ids)
 			if err != nil {
-				return nil, fail.abort("read routing: %v", err)
+				return nil, fail.abort("%v", err)
 			}
 			for i, docID := range ids {
 				v, ok := seqs[i].(string)
@@ -162,8 +162,7 @@ func (s *Scanner) migrationPass(ctx context.Context, ec *es.Client, sh Shard, sc
 				if err != nil {
 					return nil, fail.abort("scratch hash holds %q for %q", v, docID)
 				}
-				r, _ := routing[i].(string)
-				place = append(place, checkpoint.Doc{ID: docID, Routing: r, SeqNo: seq})
+				place = append(place, checkpoint.Doc{ID: docID, Routing: routing[i], SeqNo: seq})
 			}
 			if err := s.record(ctx, sh, place); err != nil {
 				return nil, err

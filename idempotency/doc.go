@@ -63,7 +63,8 @@
 // computes it by Redis's hash-tag rule). Without SlotOf the fence's hashes
 // are where Prefix puts them: a Prefix with a hash tag puts them in its
 // slot, and every key of an ApplyRedis effect must then carry that tag,
-// e.g. Prefix "escf:{cache}:fence:orders" with "cache:{cache}:orders:42".
+// e.g. Prefix redisx.CacheFenceKey("orders") (escf:{cache}:fence:orders)
+// with "cache:{cache}:orders:42".
 // Otherwise the server refuses the script with a CROSSSLOT error, which
 // ApplyRedis returns as is. The legacy hash is read only where it shares
 // the document's slot (earlier versions required that of every key).

@@ -2,8 +2,12 @@
 // the consumers. It imports no feature package.
 //
 //   - Keys names a feed's keys; they all share the hash tag {feed}, so one
-//     MULTI/EXEC over them is legal on Redis Cluster. PartitionKeys names
-//     those of one partition of a feed split in several ({feed:p});
+//     MULTI/EXEC over them is legal on Redis Cluster. keys.go builds every
+//     key name es-changefeed uses (the Redis sink's and the bootstrap hold
+//     group's too), and Layout lists their kinds: the README's Keys table is
+//     checked against it, and no other product file spells a name.
+//     PartitionKeys names those of one partition of a feed split in several
+//     ({feed:p});
 //     ReadPartitions, CheckPartitions and RecordPartitions read, check and
 //     record the partition count in the feed-level meta hash. FindFeed
 //     tells whether a feed exists (a relay wrote its meta hash, its lease

@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -169,7 +167,7 @@ func ListFeeds(ctx context.Context, rdb redis.UniversalClient, scans int) (feeds
 	scan := func(ctx context.Context, c redis.Cmdable) error {
 		var cursor uint64
 		for range scans {
-			keys, next, err := c.Scan(ctx, cursor, "escf:{*}:meta", feedsScanCount).Result()
+			keys, next, err := c.Scan(ctx, cursor, metaScanPattern, feedsScanCount).Result()
 			if err != nil {
 				return err
 			}
@@ -195,33 +193,11 @@ func ListFeeds(ctx context.Context, rdb redis.UniversalClient, scans int) (feeds
 		err = scan(ctx, rdb)
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("list the feeds (SCAN MATCH escf:{*}:meta): %w", err)
+		return nil, false, fmt.Errorf("list the feeds (SCAN MATCH %s): %w", metaScanPattern, err)
 	}
 	for f := range found {
 		feeds = append(feeds, f)
 	}
 	slices.Sort(feeds)
 	return feeds, complete, nil
-}
-
-// feedOfMeta is the feed whose meta hash key is k: escf:{<feed>}:meta, or
-// escf:{<feed>:<p>}:meta of one of its partitions.
-func feedOfMeta(k string) (string, bool) {
-	tag, ok := strings.CutPrefix(k, "escf:{")
-	if !ok {
-		return "", false
-	}
-	if tag, ok = strings.CutSuffix(tag, "}:meta"); !ok {
-		return "", false
-	}
-	if f, p, ok := strings.Cut(tag, ":"); ok {
-		if n, err := strconv.Atoi(p); err != nil || n < 0 || strconv.Itoa(n) != p {
-			return "", false
-		}
-		tag = f
-	}
-	if ValidateFeed(tag) != nil {
-		return "", false
-	}
-	return tag, true
 }

@@ -188,6 +188,17 @@ func ReadGroup(ctx context.Context, rdb redis.UniversalClient, stream, group str
 	return st, GroupState{Name: group}, false, nil
 }
 
+// ReadLosses reads the feed's lost hash (Keys.Lost): group -> what the
+// consumer that found the group lost history recorded (empty when none
+// did). RecordedLoss reads one group's.
+func ReadLosses(ctx context.Context, rdb redis.Cmdable, keys Keys) (map[string]string, error) {
+	m, err := rdb.HGetAll(ctx, keys.Lost()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", keys.Lost(), err)
+	}
+	return m, nil
+}
+
 // groupState computes a group's lag and losses from the stream's counters
 // and ids (see unread), and its pending entries that are gone.
 func groupState(ctx context.Context, rdb redis.UniversalClient, stream string, st StreamState, g redis.XInfoGroup) (GroupState, error) {

@@ -4,31 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 )
 
 // Keys names a feed's Redis keys. Every key carries the same hash tag
-// ({feed}), so one MULTI/EXEC over them is legal in Redis Cluster:
-//
-//	escf:{feed}:events                      stream of events
-//	escf:{feed}:checkpoints                 hash  <uuid>/<shard> -> checkpoint
-//	escf:{feed}:indices                     hash  <uuid> -> index JSON
-//	escf:{feed}:delivered:<uuid>:<shard>    set   ids delivered as upserts
-//	escf:{feed}:routing:<uuid>:<shard>      hash  id -> custom routing (routed ids only)
-//	escf:{feed}:scan:<uuid>:<shard>         set   live ids of a delete scan in progress
-//	escf:{feed}:meta                        hash  feed facts: created, targets (never deleted by the relay)
-//	escf:{feed}:tokens                      hash  <uuid>/<shard> -> "<token> <count>" of the shard's last commit;
-//	                                              "-" -> the same of the last commit that touched no shard
-//	escf:{feed}:generations                 hash  <uuid> -> generation of its index name (1, 2, ... per re-creation)
-//	escf:{feed}:fence:<name>:<uuid>         hash  <shard>/<id> -> order of the last event applied (idempotency);
-//	                                              "ended" -> when the index ended (then the key expires)
-//	escf:{feed}:fence:<name>:<uuid>:<n>     hash  the same, split in shards (idempotency.Config.Shards)
-//	escf:{feed}:fence:<name>                hash  <uuid>/<shard>/<id> -> order: fences of earlier versions, read, never written
-//	escf:{feed}:lease                       string owner token (PX TTL)
-//	escf:{feed}:lost                        hash  group -> why it lost history (set by consumers, cleared by --bootstrap)
-//	escf:{feed}:applied                     hash  group -> the applied position (Position.Lead) its sink last recorded in its own store
-//	escf:{feed}:dead                        stream of dead-lettered events
+// ({feed}, or {feed:p} for partition p), so one MULTI/EXEC over them is
+// legal in Redis Cluster. This file is the one place key names are spelled:
+// Layout lists every kind of key es-changefeed uses, and the README's Keys
+// table is checked against it.
 type Keys struct {
 	feed string
 	tag  string
@@ -207,6 +192,71 @@ func (k Keys) Lease() string { return "escf:" + k.tag + ":lease" }
 // Dead is the dead-letter stream.
 func (k Keys) Dead() string { return "escf:" + k.tag + ":dead" }
 
+// Relays is the sorted set in which the relays of a partitioned feed
+// register (relay/partition): member a relay's token, score when it
+// expires (Unix ms) unless it heartbeats. It is feed-level: every
+// partition's Keys name the same one.
+func (k Keys) Relays() string { return "escf:{" + k.feed + "}:relays" }
+
+// BulkTombstones is the prefix of the bulk sinks' delete tombstones
+// (idempotency.TombstonesConfig.Prefix), hashes "<prefix>:<uuid>:<bucket>":
+// a named fence (Fence) of every bulk sink of the feed.
+func (k Keys) BulkTombstones() string { return k.Fence("bulk:deletes") }
+
+// HoldGroup is the consumer group of the feed's stream that holds it at
+// the position consume --bootstrap recorded for group, while it copies
+// (trimming keeps what a group has not read), dropped when it is done.
+func HoldGroup(group string) string { return "escf-bootstrap:" + group }
+
+// The Redis sink's keys live in the cache's Redis, not the feed's, under
+// the tag {cache}: one sink, whatever feed it follows.
+
+// CacheFenceKey is the Redis sink's fence hash of earlier versions, and
+// the prefix of its fence hashes "<prefix>:<uuid>" (sink.RedisConfig
+// FenceKey, FencePrefix): the fence of the sink named name.
+func CacheFenceKey(name string) string { return "escf:{cache}:fence:" + name }
+
+// CacheClusterFencePrefix is the prefix of the Redis sink's fence hashes
+// in a Redis Cluster, "<prefix>:{<slot tag>}:<uuid>": without braces, each
+// hash takes the slot of its documents' keys.
+func CacheClusterFencePrefix(name string) string { return "escf:fence:" + name }
+
+// CachePositionsKey is the hash in which the Redis sink named name records
+// how far it applied each stream for each group (field "<stream>|<group>").
+func CachePositionsKey(name string) string { return "escf:{cache}:applied:" + name }
+
+// PartitionStreams names the streams of every partition of a feed in one
+// string, for logs and messages: escf:{<feed>:0..<P-1>}:events.
+func PartitionStreams(feed string, partitions int) string {
+	return "escf:{" + feed + ":0.." + strconv.Itoa(partitions-1) + "}:events"
+}
+
+// metaScanPattern matches the meta hash of every feed and partition (SCAN
+// MATCH): ListFeeds finds feeds by it.
+const metaScanPattern = "escf:{*}:meta"
+
+// feedOfMeta is the feed whose meta hash key is k: escf:{<feed>}:meta, or
+// escf:{<feed>:<p>}:meta of one of its partitions.
+func feedOfMeta(k string) (string, bool) {
+	tag, ok := strings.CutPrefix(k, "escf:{")
+	if !ok {
+		return "", false
+	}
+	if tag, ok = strings.CutSuffix(tag, "}:meta"); !ok {
+		return "", false
+	}
+	if f, p, ok := strings.Cut(tag, ":"); ok {
+		if n, err := strconv.Atoi(p); err != nil || n < 0 || strconv.Itoa(n) != p {
+			return "", false
+		}
+		tag = f
+	}
+	if ValidateFeed(tag) != nil {
+		return "", false
+	}
+	return tag, true
+}
+
 // CheckpointField is the checkpoints-hash field of one shard.
 func CheckpointField(indexUUID string, shard int) string {
 	return indexUUID + "/" + strconv.Itoa(shard)
@@ -230,3 +280,50 @@ func HistoryField(indexUUID string, shard int) string {
 func OriginField(indexUUID string, shard int) string {
 	return CheckpointField(indexUUID, shard) + "/origin"
 }
+
+// KeySpec is one kind of key es-changefeed uses, as the README's Keys table
+// lists it.
+type KeySpec struct {
+	// Pattern is the key's name: {feed} stands for the feed's hash tag
+	// ({<feed>}, or {<feed>:<p>} for partition p of a partitioned feed),
+	// <…> for a part that varies.
+	Pattern string
+	// Type is the Redis type (stream, hash, set, zset, string), or
+	// "consumer group".
+	Type string
+	// Content is what it holds, in short (the README says more).
+	Content string
+}
+
+// layout is Layout's table. Each constructor of this file builds one of
+// its patterns and each pattern has a constructor (TestLayout_Constructors).
+var layout = []KeySpec{
+	{"escf:{feed}:events", "stream", "the change events"},
+	{"escf:{feed}:checkpoints", "hash", "<uuid>/<shard> -> checkpoint; …/at, …/gap, …/origin, …/history (CheckpointField, GapField, OriginField, HistoryField)"},
+	{"escf:{feed}:indices", "hash", "<uuid> -> index JSON (checkpoint.IndexInfo)"},
+	{"escf:{feed}:dlv:<index_uuid>:<shard>:<r>", "hash", "ids delivered in range r of RangeSize seq nos: id -> offset [routing]"},
+	{"escf:{feed}:dlvcount:<index_uuid>:<shard>", "hash", "r -> size of range r, total -> their sum"},
+	{"escf:{feed}:delivered:<index_uuid>:<shard>", "set", "ids delivered, layout before ranges (read, moved by a delete scan)"},
+	{"escf:{feed}:routing:<index_uuid>:<shard>", "hash", "id -> custom routing, layout before ranges"},
+	{"escf:{feed}:scan:<index_uuid>:<shard>", "hash", "scratch of a delete scan moving the layout before ranges: id -> seq no"},
+	{"escf:{feed}:tokens", "hash", "<uuid>/<shard> or - -> <token> <count> of the last commit"},
+	{"escf:{feed}:meta", "hash", "feed facts: created, commits, rollbacks, partitions, lease owner, backpressure"},
+	{"escf:{feed}:applied", "hash", "group -> the applied position its sink last recorded in its own store"},
+	{"escf:{feed}:lease", "string", "the owning relay's token, PX TTL"},
+	{"escf:{feed}:generations", "hash", "<uuid> -> generation of its index name; name:<index> -> the name's last"},
+	{"escf:{feed}:dead", "stream", "dead-lettered events"},
+	{"escf:{feed}:lost", "hash", "group -> why it lost history"},
+	{"escf:{feed}:relays", "zset", "live relays of a partitioned feed (feed-level): token -> expiry (Unix ms)"},
+	{"escf-bootstrap:<group>", "consumer group", "holds the stream at a --bootstrap's position while it copies"},
+	{"escf:{feed}:fence:<name>:<index_uuid>", "hash", "a named fence (idempotency), :<n> appended when split in shards: <shard>/<id> -> order of the last event applied; ended -> when the index ended"},
+	{"escf:{feed}:fence:<name>", "hash", "fences of earlier versions: <uuid>/<shard>/<id> -> order (read, never written)"},
+	{"escf:{feed}:fence:bulk:deletes:<index_uuid>:<bucket>", "hash", "the bulk sinks' delete tombstones: <shard>/<id> -> order"},
+	{"escf:{cache}:fence:<name>:<index_uuid>", "hash", "the Redis sink's fences, in the cache's Redis"},
+	{"escf:fence:<name>:{<tag>}:<index_uuid>", "hash", "the same in a Redis Cluster, one hash per slot of the documents' keys"},
+	{"escf:{cache}:fence:<name>", "hash", "the Redis sink's fences of earlier versions (read, never written)"},
+	{"escf:{cache}:applied:<name>", "hash", "<stream>|<group> -> how far the Redis sink applied it"},
+}
+
+// Layout returns every kind of key es-changefeed writes or reads: the
+// README's Keys table lists exactly these patterns, with these types.
+func Layout() []KeySpec { return slices.Clone(layout) }

@@ -56,7 +56,7 @@ func (c *StreamCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.length, prometheus.GaugeValue, float64(n))
 	if _, groups, err := ReadGroups(ctx, c.rdb, c.keys.Events()); err == nil {
-		recorded, err := c.rdb.HGetAll(ctx, c.keys.Lost()).Result()
+		recorded, err := ReadLosses(ctx, c.rdb, c.keys)
 		if err != nil {
 			up = 0
 		}

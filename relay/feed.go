@@ -378,8 +378,8 @@ func (f *Feed) Run(ctx context.Context) error {
 		return err
 	}
 	f.manager.Store(m)
-	f.log.Info("relay starting", logkey.Feed, c.Feed, logkey.Partitions, c.Partitions, logkey.RelaysKey, partition.RelaysKey(c.Feed),
-		logkey.Streams, "escf:{"+c.Feed+":0.."+strconv.Itoa(c.Partitions-1)+"}:events", logkey.Targets, c.Targets)
+	f.log.Info("relay starting", logkey.Feed, c.Feed, logkey.Partitions, c.Partitions, logkey.RelaysKey, redisx.NewKeys(c.Feed).Relays(),
+		logkey.Streams, redisx.PartitionStreams(c.Feed, c.Partitions), logkey.Targets, c.Targets)
 	return m.Run(ctx)
 }
 

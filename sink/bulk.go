@@ -325,12 +325,12 @@ func NewBulk(cfg BulkConfig) (*Bulk, error) {
 
 // BulkTombstonePrefix is where the bulk sinks of a feed keep their delete
 // tombstones (idempotency.TombstonesConfig.Prefix) for partition p of
-// partitions: "escf:{<feed>}:fence:bulk:deletes" (with partitions, under
-// the partition's hash tag), hashes "<prefix>:<index_uuid>:<bucket>". Every
+// partitions: redisx.Keys.BulkTombstones of the partition, hashes
+// "<prefix>:<index_uuid>:<bucket>". Every
 // bulk sink of the feed shares them: a delete is a fact about the source,
 // whatever the target.
 func BulkTombstonePrefix(feed string, p, partitions int) string {
-	return redisx.PartitionKeys(feed, p, partitions).Fence("bulk:deletes")
+	return redisx.PartitionKeys(feed, p, partitions).BulkTombstones()
 }
 
 // Handler returns the sink's handler (see Bulk for its outcomes). It may be
@@ -515,16 +515,14 @@ func (b *Bulk) generation(ctx context.Context, uuid string) (int64, error) {
 		return g, nil
 	}
 	key := b.cfg.Keys.Generations()
-	s, err := b.cfg.Redis.HGet(ctx, key, uuid).Result()
-	if errors.Is(err, redis.Nil) {
+	g, err := checkpoint.ReadGeneration(ctx, b.cfg.Redis, b.cfg.Keys, uuid)
+	switch {
+	case errors.Is(err, checkpoint.ErrBadGeneration):
+		return 0, fmt.Errorf("%w: %w", ErrNoGeneration, err)
+	case err != nil:
+		return 0, err
+	case g == 0:
 		return 0, fmt.Errorf("%w: %s has no field %s (the relay writes it before the index's first event; is this the feed's Redis?)", ErrNoGeneration, key, uuid)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read the generation of index uuid %s from %s: %w", uuid, key, err)
-	}
-	g, err = strconv.ParseInt(s, 10, 64)
-	if err != nil || g < 1 {
-		return 0, fmt.Errorf("%w: %s field %s = %q is not a generation (want an integer >= 1)", ErrNoGeneration, key, uuid, s)
 	}
 	if g > BulkMaxGeneration {
 		return 0, redisx.Permanent(fmt.Errorf("%s field %s = %d: above %d, the highest generation an external version can carry", key, uuid, g, int64(BulkMaxGeneration)))

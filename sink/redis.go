@@ -62,15 +62,16 @@ type RedisConfig struct {
 	// "<FencePrefix>:{<tag>}:<index_uuid>", the tag naming the slot of the
 	// document's key (idempotency.Config.SlotOf), so that any Key
 	// template works in Redis Cluster and the cache spreads over its
-	// nodes. Default FenceKey; in Redis Cluster "escf:fence:<Name>" (it
-	// must hold no braces there).
+	// nodes. Default FenceKey; in Redis Cluster
+	// redisx.CacheClusterFencePrefix(Name), escf:fence:<Name> (it must hold
+	// no braces there).
 	FencePrefix string
 	// FenceKey is the single fence hash earlier versions wrote. It is read
 	// for documents that have no fence in the new layout
 	// (idempotency.Config.Legacy) and never written; an index's fields
 	// leave it when the index ends. In Redis Cluster it is read only for
 	// keys in its slot, which earlier versions required of every key.
-	// Default "escf:{cache}:fence:<Name>".
+	// Default redisx.CacheFenceKey(Name), escf:{cache}:fence:<Name>.
 	FenceKey string
 	// FenceEndGrace is how long the fence refuses the events of an index
 	// after its index_deleted event (idempotency.Config.EndGrace). Default
@@ -79,7 +80,7 @@ type RedisConfig struct {
 	// PositionsKey is the hash, in the cache's Redis, where the sink
 	// records how far it applied each stream for each group
 	// (redisx.Positions): field "<stream>|<group>", value "<lead> <low>".
-	// Default "escf:{cache}:applied:<Name>".
+	// Default redisx.CachePositionsKey(Name), escf:{cache}:applied:<Name>.
 	PositionsKey string
 }
 
@@ -125,17 +126,17 @@ func (c RedisConfig) resolve() (RedisConfig, KeyTemplate, error) {
 		return c, tpl, fmt.Errorf("redis sink config: Name %q: braces and whitespace are not allowed", c.Name)
 	}
 	if c.FenceKey == "" {
-		c.FenceKey = "escf:{cache}:fence:" + c.Name
+		c.FenceKey = redisx.CacheFenceKey(c.Name)
 	}
 	if c.PositionsKey == "" {
-		c.PositionsKey = "escf:{cache}:applied:" + c.Name
+		c.PositionsKey = redisx.CachePositionsKey(c.Name)
 	}
 	if c.FenceEndGrace < 0 {
 		return c, tpl, fmt.Errorf("redis sink config: FenceEndGrace = %s: want more than 0 (0: %s)", c.FenceEndGrace, idempotency.DefaultEndGrace)
 	}
 	if redisCluster(c.Client, c.URL) {
 		if c.FencePrefix == "" {
-			c.FencePrefix = "escf:fence:" + c.Name
+			c.FencePrefix = redisx.CacheClusterFencePrefix(c.Name)
 		}
 		if strings.ContainsAny(c.FencePrefix, "{}") {
 			return c, tpl, fmt.Errorf("redis sink config: FencePrefix %q: in Redis Cluster it must hold no braces (each fence key carries the hash tag of its document's slot)", c.FencePrefix)

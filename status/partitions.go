@@ -27,7 +27,7 @@ type PartitionedReport struct {
 	// Problems are the partitions' problems, each prefixed with
 	// "partition <p>: ", and the feed's own.
 	Problems []string `json:"problems"`
-	// Relays are the live relay processes (escf:{feed}:relays), when they
+	// Relays are the live relay processes (redisx.Keys.Relays), when they
 	// register there.
 	Relays []string `json:"relays"`
 	Totals Totals   `json:"totals"`
@@ -128,7 +128,7 @@ func GatherPartitions(ctx context.Context, src Sources, partitions int) (Partiti
 	sort.Strings(r.Totals.Holders)
 	// Live relays, when they register (a missing key is an empty list).
 	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-	relays, err := src.Redis.ZRangeByScore(ctx, relaysKey(feed), &redis.ZRangeBy{Min: now, Max: "+inf"}).Result()
+	relays, err := src.Redis.ZRangeByScore(ctx, src.Keys.Relays(), &redis.ZRangeBy{Min: now, Max: "+inf"}).Result()
 	if err == nil {
 		r.Relays = append(r.Relays, relays...)
 	}
@@ -250,11 +250,4 @@ func (r PartitionedReport) cluster() string {
 		}
 	}
 	return ""
-}
-
-// relaysKey is the sorted set the relays of a partitioned feed register in
-// (member: owner token, score: expiry in unix ms), beside its feed-level
-// keys.
-func relaysKey(feed string) string {
-	return strings.TrimSuffix(redisx.NewKeys(feed).Meta(), ":meta") + ":relays"
 }

@@ -142,25 +142,6 @@ func dur(d time.Duration) Seconds { return Seconds(d.Seconds()) }
 // Duration converts back.
 func (s Seconds) Duration() time.Duration { return time.Duration(float64(s) * float64(time.Second)) }
 
-// delivered reads a shard's delivered ids: the total and size of its
-// counts hash, and the set of the layout before ranges.
-func delivered(ctx context.Context, rdb redis.UniversalClient, k redisx.Keys, id checkpoint.ShardID, sh *Shard) error {
-	var total *redis.StringCmd
-	var fields, old *redis.IntCmd
-	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		total = p.HGet(ctx, k.DeliveredCounts(id.IndexUUID, id.Shard), "total")
-		fields = p.HLen(ctx, k.DeliveredCounts(id.IndexUUID, id.Shard))
-		old = p.SCard(ctx, k.Delivered(id.IndexUUID, id.Shard))
-		return nil
-	}); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("read the delivered ids of shard %s: %w", id, err)
-	}
-	sh.DeliveredIDs, _ = total.Int64()
-	sh.DeliveredRanges = max(0, fields.Val()-1) // all fields but total
-	sh.ToMigrate = old.Val()
-	return nil
-}
-
 // Gather reads the feed's state. Redis errors are returned; a cluster that
 // cannot be read is reported in the report.
 func Gather(ctx context.Context, src Sources) (Report, error) {
@@ -230,9 +211,9 @@ func Gather(ctx context.Context, src Sources) (Report, error) {
 		if err != nil {
 			return r, err
 		}
-		recorded, err := rdb.HGetAll(ctx, k.Lost()).Result()
+		recorded, err := redisx.ReadLosses(ctx, rdb, k)
 		if err != nil {
-			return r, fmt.Errorf("HGETALL %s: %w", k.Lost(), err)
+			return r, err
 		}
 		for _, g := range groups {
 			grp := Group{Name: g.Name, Pending: g.Pending, Lag: g.Lag, LastDelivered: g.LastDelivered, Consumers: []Consumer{},
@@ -308,9 +289,11 @@ func Gather(ctx context.Context, src Sources) (Report, error) {
 				cp = -1
 			}
 			sh := Shard{Shard: n, Checkpoint: cp, LastCommit: state.CommittedAt[id], Gap: state.Gaps[id]}
-			if err := delivered(ctx, rdb, k, id, &sh); err != nil {
+			size, err := checkpoint.ReadDeliveredSize(ctx, rdb, k, id)
+			if err != nil {
 				return r, err
 			}
+			sh.DeliveredIDs, sh.DeliveredRanges, sh.ToMigrate = size.IDs, size.Ranges, size.Legacy
 			if asked && !ix.Missing {
 				if sc, ok := st.Shard(n); ok {
 					g, lag := sc.GlobalCheckpoint, max(0, sc.GlobalCheckpoint-cp)

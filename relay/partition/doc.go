@@ -5,7 +5,7 @@
 // sets and lease per partition, under the hash tag {feed:p}
 // (redisx.PartitionKeys); a shard belongs to partition
 // redisx.Partition(uuid, shard, P). Every relay process runs a Manager: it
-// heartbeats in the feed-level ZSET escf:{feed}:relays, counts the live
+// heartbeats in the feed-level ZSET redisx.Keys.Relays, counts the live
 // relays N, and holds at most ceil(P/N) partition leases, taking free ones
 // and giving back extras when relays join. A dead relay's leases expire
 // after the lease TTL; the others see it within TTL/3 and take its

@@ -111,12 +111,8 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	return &Manager{cfg: cfg, log: cfg.Logger, token: cfg.Owner + "/" + hex.EncodeToString(b[:]),
-		key: RelaysKey(cfg.Feed), workers: map[int]Worker{}, running: map[int]*running{}}, nil
+		key: redisx.NewKeys(cfg.Feed).Relays(), workers: map[int]Worker{}, running: map[int]*running{}}, nil
 }
-
-// RelaysKey is the feed-level ZSET of live relay processes: member = a
-// relay's token, score = when it expires (unix ms) unless it heartbeats.
-func RelaysKey(feed string) string { return "escf:{" + feed + "}:relays" }
 
 // Token is this manager's member in the relays ZSET.
 func (m *Manager) Token() string { return m.token }

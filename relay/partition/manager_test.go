@@ -191,8 +191,8 @@ func TestManager_BalanceAndTakeover(t *testing.T) {
 			}
 		}
 		waitFor(t, 30*time.Second, "a holds everything", balanced(rdb, t, feed, parts, []string{"a"}, parts))
-		if n, _ := rdb.ZCard(context.Background(), partition.RelaysKey(feed)).Result(); n != 1 {
-			t.Errorf("%d members left in %s, want 1 (a)", n, partition.RelaysKey(feed))
+		if n, _ := rdb.ZCard(context.Background(), redisx.NewKeys(feed).Relays()).Result(); n != 1 {
+			t.Errorf("%d members left in %s, want 1 (a)", n, redisx.NewKeys(feed).Relays())
 		}
 	})
 }
