@@ -25,7 +25,7 @@ import (
 //
 // Adding a sink: its file in sink/, an entry here (with its flags and
 // build functions below), and a Test<Sink>_Contract that runs
-// sinktest.Run (docs/CONSUMING.md, "Adding a sink").
+// sinktest.Run (README.md, "Adding a sink").
 var consumeSinks = []consumeSink{
 	{name: "stdout", build: buildStdoutSink},
 	{name: "file", flags: fileSinkFlags, build: buildFileSink},

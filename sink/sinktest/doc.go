@@ -51,4 +51,8 @@
 //     *redisx.BehindError that still records the new position.
 //   - Reconciler: Reconcilable is nil and Held lists exactly the documents
 //     whose last applied event is an upsert, with its seq_no.
+//
+// Adding a sink: its file in package sink, its entry in consume's table
+// (consumeSinks in sinks.go), and a Test<Sink>_Contract that calls Run
+// (README.md, "Adding a sink").
 package sinktest
