@@ -4,20 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/consumer"
-	"github.com/es-changefeed/es-changefeed/es"
-	"github.com/es-changefeed/es-changefeed/idempotency"
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/sink"
 )
 
 func consumeCommand() *cli.Command {
@@ -39,24 +33,9 @@ func consumeCommand() *cli.Command {
 			&cli.DurationFlag{Name: "repair-grace", Value: consumer.DefaultRepairGrace, Usage: "how long to wait, once the feed's Redis is found to have lost entries the sink applied, for the relay to record that it repaired the loss, before stopping with history lost", Sources: cli.EnvVars("ESCF_REPAIR_GRACE")},
 			&cli.IntFlag{Name: "max-deliveries", Value: consumer.DefaultMaxDeliveries, Usage: "attempts before an event goes to the dead-letter stream", Sources: cli.EnvVars("ESCF_MAX_DELIVERIES")},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: consumer.DefaultShutdownTimeout, Usage: "time events in flight get to finish after SIGTERM", Sources: cli.EnvVars("ESCF_SHUTDOWN_TIMEOUT")},
-			&cli.StringFlag{Name: "sink", Value: "stdout", Usage: "stdout, file, http, bulk or redis", Sources: cli.EnvVars("ESCF_SINK")},
-			&cli.StringFlag{Name: "file-path", Usage: "file sink: the file JSON lines are appended to", Sources: cli.EnvVars("ESCF_FILE_PATH")},
-			&cli.Int64Flag{Name: "file-max-bytes", Value: sink.DefaultFileMaxBytes, Usage: "file sink: rotate past this size", Sources: cli.EnvVars("ESCF_FILE_MAX_BYTES")},
-			&cli.IntFlag{Name: "file-keep", Value: sink.DefaultFileKeep, Usage: "file sink: rotated files kept", Sources: cli.EnvVars("ESCF_FILE_KEEP")},
-			&cli.StringFlag{Name: "http-url", Usage: "http sink: the webhook URL", Sources: cli.EnvVars("ESCF_HTTP_URL")},
-			&cli.DurationFlag{Name: "http-timeout", Value: sink.DefaultHTTPTimeout, Usage: "http sink: timeout of one request", Sources: cli.EnvVars("ESCF_HTTP_TIMEOUT")},
-			&cli.StringSliceFlag{Name: "http-header", Usage: `http sink: a header "Name: value" sent with every request (repeatable)`, Sources: cli.EnvVars("ESCF_HTTP_HEADER")},
-			&cli.StringSliceFlag{Name: "bulk-es", Usage: "bulk sink: the target cluster's URL (repeatable)", Sources: cli.EnvVars("ESCF_BULK_ES_URL")},
-			&cli.StringFlag{Name: "bulk-index", Value: sink.DefaultBulkIndexTemplate, Usage: "bulk sink: target index name template ({index}, {index_uuid})", Sources: cli.EnvVars("ESCF_BULK_INDEX")},
-			&cli.StringFlag{Name: "bulk-positions-index", Value: sink.DefaultBulkPositionsIndex, Usage: "bulk sink: the target index where the sink records how far it applied the stream (checked at start: a feed's Redis that lost entries the mirror applied is history lost)", Sources: cli.EnvVars("ESCF_BULK_POSITIONS_INDEX")},
-			&cli.DurationFlag{Name: "bulk-tombstone-keep", Value: idempotency.DefaultTombstoneKeep, Usage: "bulk sink: how long a delete is remembered in Redis, so that an older upsert applied later cannot bring the document back once the target forgot the delete (index.gc_deletes)", Sources: cli.EnvVars("ESCF_BULK_TOMBSTONE_KEEP")},
-			&cli.StringFlag{Name: "cache-key", Value: sink.DefaultRedisKey, Usage: "redis sink: key template ({index}, {index_uuid}, {shard}, {id}, {routing})", Sources: cli.EnvVars("ESCF_CACHE_KEY")},
-			&cli.StringFlag{Name: "cache-mode", Value: string(sink.DefaultRedisMode), Usage: "redis sink: del (invalidate) or set (write the document)", Sources: cli.EnvVars("ESCF_CACHE_MODE")},
-			&cli.DurationFlag{Name: "cache-ttl", Usage: "redis sink: TTL of keys written in set mode (0: none)", Sources: cli.EnvVars("ESCF_CACHE_TTL")},
 			metricsFlag(),
-		}, slices.Concat(bootstrapFlags(), clusterFlags("bulk", "ESCF_BULK", "the bulk sink's target cluster"), logFlags(),
-			redisFlags("redis", "ESCF_REDIS", "the feed's Redis", redisx.DefaultURL),
-			redisFlags("cache-redis", "ESCF_CACHE_REDIS", "the redis sink's cache (default: the feed's Redis)", ""))...),
+		}, slices.Concat(sinkFlags(), bootstrapFlags(), logFlags(),
+			redisFlags("redis", "ESCF_REDIS", "the feed's Redis", redisx.DefaultURL))...),
 		Action: consumeAction,
 	}
 }
@@ -201,134 +180,4 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 		runErr = fmt.Errorf("close the %s sink: %w", cmd.String("sink"), err)
 	}
 	return runErr
-}
-
-// sinkFlags are the flags that belong to each sink.
-var sinkFlags = map[string][]string{
-	"file":  {"file-path", "file-max-bytes", "file-keep"},
-	"http":  {"http-url", "http-timeout", "http-header"},
-	"bulk":  append([]string{"bulk-es", "bulk-index", "bulk-positions-index", "bulk-tombstone-keep"}, clusterFlagNames("bulk")...),
-	"redis": append([]string{"cache-key", "cache-mode", "cache-ttl"}, redisFlagNames("cache-redis")...),
-}
-
-// checkSinkFlags refuses a flag of another sink than --sink's: it would be
-// silently ignored.
-func checkSinkFlags(cmd *cli.Command) error {
-	chosen := cmd.String("sink")
-	for _, name := range []string{"file", "http", "bulk", "redis"} {
-		if name == chosen {
-			continue
-		}
-		for _, f := range sinkFlags[name] {
-			if cmd.IsSet(f) {
-				return usagef("--%s belongs to --sink %s, but --sink is %q: drop --%s, or pass --sink %s", f, name, chosen, f, name)
-			}
-		}
-	}
-	return nil
-}
-
-// newSink builds the sink named by --sink from its flags. The bulk sink's
-// cluster is contacted once, so bad URLs, credentials or certificates stop
-// consume at once instead of dead-lettering events.
-func newSink(ctx context.Context, cmd *cli.Command, rdb redis.UniversalClient, keys redisx.Keys, partitions int, log *slog.Logger) (sink.Sink, error) {
-	switch name := cmd.String("sink"); name {
-	case "stdout":
-		s, err := sink.NewStdout(sink.StdoutConfig{Writer: cmd.Root().Writer})
-		return s, wrapUsage("stdout", err)
-	case "file":
-		if cmd.String("file-path") == "" {
-			return nil, usagef("--sink file needs --file-path")
-		}
-		s, err := sink.NewFile(sink.FileConfig{Path: cmd.String("file-path"), MaxBytes: cmd.Int64("file-max-bytes"), Keep: cmd.Int("file-keep")})
-		return s, wrapUsage("file", err)
-	case "http":
-		if cmd.String("http-url") == "" {
-			return nil, usagef("--sink http needs --http-url")
-		}
-		headers := map[string]string{}
-		for _, h := range cmd.StringSlice("http-header") {
-			k, v, ok := strings.Cut(h, ":")
-			if !ok || strings.TrimSpace(k) == "" {
-				return nil, usagef("--http-header %q: want \"Name: value\"", h)
-			}
-			headers[strings.TrimSpace(k)] = strings.TrimSpace(v)
-		}
-		s, err := sink.NewHTTP(sink.HTTPConfig{URL: cmd.String("http-url"), Headers: headers, Timeout: cmd.Duration("http-timeout")})
-		return s, wrapUsage("http", err)
-	case "bulk":
-		urls := splitList(cmd.StringSlice("bulk-es"))
-		if len(urls) == 0 {
-			return nil, usagef("--sink bulk needs --bulk-es <target cluster URL>")
-		}
-		ecfg, err := clusterConn(cmd, "bulk", urls)
-		if err != nil {
-			return nil, err
-		}
-		client, err := es.New(ecfg)
-		if err != nil {
-			return nil, usagef("--bulk-es: %v", err)
-		}
-		if ecfg.InsecureSkipVerify {
-			warnInsecure(log, "bulk-insecure", client.URLs())
-		}
-		info, err := client.Info(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("--sink bulk: %w", explainES(err, "bulk-es", "bulk", ecfg))
-		}
-		log.Info("bulk sink: connected to "+info.String(), logkey.Cluster, info.ClusterName, logkey.URLs, client.URLs())
-		s, err := sink.NewBulk(sink.BulkConfig{ES: client, Redis: rdb, Keys: keys, Partitions: partitions, IndexTemplate: cmd.String("bulk-index"),
-			TombstoneKeep: cmd.Duration("bulk-tombstone-keep"), PositionsIndex: cmd.String("bulk-positions-index"), Logger: log})
-		return s, wrapUsage("bulk", err)
-	case "redis":
-		cfg := sink.RedisConfig{Key: cmd.String("cache-key"), Mode: sink.RedisMode(cmd.String("cache-mode")), TTL: cmd.Duration("cache-ttl")}
-		cfg.Client = rdb
-		var cache redis.UniversalClient
-		if cmd.String("cache-redis") != "" {
-			var err error
-			if cache, err = connectCache(ctx, cmd, log); err != nil {
-				return nil, err
-			}
-			cfg.Client = cache
-		} else if used := setFlags(cmd, redisFlagNames("cache-redis")); len(used) > 0 {
-			return nil, usagef("--%s needs --cache-redis: add --cache-redis <URL>, or drop --%s (the feed's Redis is the cache by default, with the --redis flags)", used[0], used[0])
-		}
-		s, err := sink.NewRedis(cfg)
-		if err != nil {
-			if cache != nil {
-				cache.Close()
-			}
-			return nil, wrapUsage("redis", err)
-		}
-		if cache != nil {
-			return closingSink{s, cache}, nil
-		}
-		return s, nil
-	default:
-		return nil, usagef("--sink %q: want stdout, file, http, bulk or redis", name)
-	}
-}
-
-// sinkPositions is the sink's store of applied positions, if it keeps
-// one (redisx.Positions); nil otherwise.
-func sinkPositions(s sink.Sink) redisx.Positions {
-	p, _ := unwrapSink(s).(redisx.Positions)
-	return p
-}
-
-// unwrapSink is the sink itself, without main's closingSink around it
-// (whose methods are only Sink's).
-func unwrapSink(s sink.Sink) sink.Sink {
-	if c, ok := s.(closingSink); ok {
-		return c.Sink
-	}
-	return s
-}
-
-// wrapUsage marks a sink's configuration error as a usage error.
-func wrapUsage(sinkName string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return usagef("--sink %s: %v", sinkName, err)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/sink"
+	"github.com/es-changefeed/es-changefeed/sink/sinktest"
 	"github.com/es-changefeed/es-changefeed/tests/esemu"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
@@ -235,6 +236,79 @@ func history(tb testing.TB, c *esemu.Cluster, index string, shard int, id string
 		}
 	}
 	return out
+}
+
+// TestBulk_Contract runs the sinks' contract (sinktest) on Bulk: it
+// mirrors into an emulated cluster reached through a proxy (the suite's
+// hanging target), with the generation and layout of the suite's index
+// recorded as the relay does.
+func TestBulk_Contract(t *testing.T) {
+	sinktest.Run(t, func(tb testing.TB) sinktest.Env {
+		target, err := esemu.New(esemu.Config{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { target.Close() })
+		u, err := url.Parse(target.URL())
+		if err != nil {
+			tb.Fatal(err)
+		}
+		proxy := sinktest.StartProxy(tb, u.Host)
+		client, err := es.New(es.Config{URLs: []string{u.Scheme + "://" + proxy.Addr()}})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		rdb := redistest.Start(tb).Client(tb)
+		keys := redisx.NewKeys("sinktest")
+		info, err := json.Marshal(checkpoint.IndexInfo{Name: sinktest.Index, Target: sinktest.Index, Shards: 1, FirstSeen: time.Now().UTC(),
+			Layout: emuLayout(tb, target.Flavor(), 1, "")})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ctx := context.Background()
+		if err := rdb.HSet(ctx, keys.Generations(), sinktest.IndexUUID, 1).Err(); err != nil {
+			tb.Fatal(err)
+		}
+		if err := rdb.HSet(ctx, keys.Indices(), sinktest.IndexUUID, info).Err(); err != nil {
+			tb.Fatal(err)
+		}
+		open := func(tb testing.TB) sink.Sink {
+			s, err := sink.NewBulk(sink.BulkConfig{ES: client, Redis: rdb, Keys: keys, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return s
+		}
+		holds := func(ctx context.Context, d sinktest.DocID) (json.RawMessage, bool, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, target.URL()+"/"+url.PathEscape(d.Index)+"/_doc/"+url.PathEscape(d.ID), nil)
+			if err != nil {
+				return nil, false, err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return nil, false, err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode == http.StatusNotFound {
+				return nil, false, nil
+			}
+			var doc targetDoc
+			if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil || resp.StatusCode != http.StatusOK {
+				return nil, false, fmt.Errorf("GET %s: %d %v", req.URL, resp.StatusCode, err)
+			}
+			return doc.Source, doc.Found, nil
+		}
+		clientsOpen := func(ctx context.Context) error {
+			if err := rdb.Ping(ctx).Err(); err != nil {
+				return fmt.Errorf("the Redis client passed in: %w", err)
+			}
+			if _, err := client.Info(ctx); err != nil {
+				return fmt.Errorf("the *es.Client passed in: %w", err)
+			}
+			return nil
+		}
+		return sinktest.Env{Sink: open(tb), Holds: holds, Gate: &proxy.Gate, ClientsOpen: clientsOpen, Reopen: open}
+	}, sinktest.Features{Ordered: true, Positions: true, Reconciler: true, ClientsPassedIn: true, CloseAborts: true})
 }
 
 func TestBulkVersion(t *testing.T) {
@@ -879,42 +953,6 @@ func TestBulk_Close(t *testing.T) {
 		}
 		if !getDoc(t, env.target, "orders", "a", "").Found {
 			t.Errorf("the batch formed before Close was not sent")
-		}
-	})
-	t.Run("handler after Close is retryable", func(t *testing.T) {
-		env := newBulkEnv(t, "", nil)
-		if err := env.sink.Close(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		if err := env.sink.Close(context.Background()); err != nil {
-			t.Fatalf("second Close: %v", err)
-		}
-		err := env.h(context.Background(), upsertEvent("uuid-1", "a", 1, `{}`))
-		if !errors.Is(err, sink.ErrClosed) || redisx.IsPermanent(err) {
-			t.Fatalf("err = %v; want a retryable ErrBulkClosed", err)
-		}
-	})
-	t.Run("gives up on a slow request when its context ends", func(t *testing.T) {
-		env := newBulkEnv(t, "", nil)
-		if err := env.target.InjectFault(esemu.Fault{Kind: esemu.KindBulk, Delay: 10 * time.Second}); err != nil {
-			t.Fatal(err)
-		}
-		errc := make(chan error, 1)
-		go func() { errc <- env.h(context.Background(), upsertEvent("uuid-1", "a", 1, `{}`)) }()
-		for env.sink.Stats().Requests == 0 {
-			time.Sleep(5 * time.Millisecond)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
-		start := time.Now()
-		if err := env.sink.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("Close = %v, want DeadlineExceeded", err)
-		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Errorf("Close took %s", d)
-		}
-		if err := <-errc; err == nil || redisx.IsPermanent(err) {
-			t.Errorf("handler of the canceled request: %v; want a retryable error", err)
 		}
 	})
 	t.Run("handler context ends while waiting", func(t *testing.T) {

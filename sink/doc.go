@@ -13,8 +13,12 @@
 //   - Close(ctx), which stops accepting events (later calls return
 //     ErrClosed, a retryable error), finishes or flushes what is in flight,
 //     and releases what the sink opened. When ctx ends first it aborts what
-//     can be aborted and returns ctx's error. Close what you opened: a sink
-//     never closes an io.Writer, *http.Client or Redis client you passed in.
+//     can be aborted and returns ctx's error. A second Close returns nil.
+//     Close what you opened: a sink never closes an io.Writer, *http.Client
+//     or Redis client you passed in.
+//
+// Package sinktest is this contract as a test suite, which every sink runs
+// (Test<Sink>_Contract).
 //
 // Delivery is at least once: an event whose handler returned an error, or
 // whose context ended while a batch held it, may have been written and is

@@ -101,9 +101,6 @@ func TestFile_Content(t *testing.T) {
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Handler()(context.Background(), fileEvent("c", 4, 0)); !errors.Is(err, ErrClosed) {
-		t.Errorf("after Close: err = %v, want ErrClosed", err)
-	}
 }
 
 // TestFile_GroupCommit holds the first fsync and checks that handlers

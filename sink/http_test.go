@@ -13,11 +13,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/sink"
+	"github.com/es-changefeed/es-changefeed/sink/sinktest"
 )
 
 // httpRequest is what the test webhook received in one request.
@@ -27,9 +29,11 @@ type httpRequest struct {
 }
 
 // httpWebhook is an httptest server recording each request and answering
-// with status(request number) (200 when status is nil).
+// with status(request number) (200 when status is nil); while its gate
+// hangs, it does not answer.
 type httpWebhook struct {
 	*httptest.Server
+	gate     sinktest.Gate
 	mu       sync.Mutex
 	requests []httpRequest
 }
@@ -38,6 +42,9 @@ func newHTTPWebhook(tb testing.TB, status func(n int) int) *httpWebhook {
 	tb.Helper()
 	w := &httpWebhook{}
 	w.Server = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if w.gate.Pass(r.Context()) != nil {
+			return
+		}
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
 			rw.WriteHeader(http.StatusBadRequest)
@@ -66,6 +73,43 @@ func (w *httpWebhook) got() []httpRequest {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]httpRequest(nil), w.requests...)
+}
+
+// delivered is every event received, in the order received.
+func (w *httpWebhook) delivered(context.Context) ([]redisx.Event, error) {
+	var out []redisx.Event
+	for _, r := range w.got() {
+		out = append(out, r.events...)
+	}
+	return out, nil
+}
+
+// idleCloser is a transport that notes CloseIdleConnections, which is
+// what closing an *http.Client amounts to.
+type idleCloser struct {
+	http.RoundTripper
+	closed atomic.Bool
+}
+
+func (t *idleCloser) CloseIdleConnections() { t.closed.Store(true) }
+
+// TestHTTP_Contract runs the sinks' contract (sinktest) on HTTP, with a
+// client passed in.
+func TestHTTP_Contract(t *testing.T) {
+	sinktest.Run(t, func(tb testing.TB) sinktest.Env {
+		hook := newHTTPWebhook(tb, nil)
+		tr := &idleCloser{RoundTripper: http.DefaultTransport.(*http.Transport).Clone()}
+		tb.Cleanup(tr.RoundTripper.(*http.Transport).CloseIdleConnections)
+		client := &http.Client{Transport: tr}
+		s := newHTTPSink(tb, sink.HTTPConfig{URL: hook.URL, Client: client})
+		clientOpen := func(context.Context) error {
+			if tr.closed.Load() {
+				return errors.New("the sink closed the idle connections of the *http.Client passed in")
+			}
+			return nil
+		}
+		return sinktest.Env{Sink: s, Delivered: hook.delivered, Gate: &hook.gate, ClientsOpen: clientOpen}
+	}, sinktest.Features{Appends: true, ClientsPassedIn: true, CloseAborts: true})
 }
 
 // newHTTPSink returns a sink closed in tb.Cleanup.

@@ -2,6 +2,7 @@ package sink_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/sink"
+	"github.com/es-changefeed/es-changefeed/sink/sinktest"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
 
@@ -40,6 +42,35 @@ func redisValue(tb testing.TB, c *redis.Client, key string) string {
 		tb.Fatal(err)
 	}
 	return v
+}
+
+// TestRedis_Contract runs the sinks' contract (sinktest) on Redis in set
+// mode, with a client passed in that reaches the server through a proxy
+// (the suite's hanging target).
+func TestRedis_Contract(t *testing.T) {
+	sinktest.Run(t, func(tb testing.TB) sinktest.Env {
+		srv := redistest.Start(tb)
+		proxy := sinktest.StartProxy(tb, srv.Addr)
+		passed := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+		tb.Cleanup(func() { passed.Close() })
+		direct := srv.Client(tb)
+		open := func(tb testing.TB) sink.Sink {
+			s, err := sink.NewRedis(sink.RedisConfig{Client: passed, Mode: sink.RedisSet})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return s
+		}
+		holds := func(ctx context.Context, d sinktest.DocID) (json.RawMessage, bool, error) {
+			v, err := direct.Get(ctx, "cache:"+d.Index+":"+d.ID).Result() // sink.DefaultRedisKey
+			if errors.Is(err, redis.Nil) {
+				return nil, false, nil
+			}
+			return json.RawMessage(v), err == nil, err
+		}
+		clientOpen := func(ctx context.Context) error { return passed.Ping(ctx).Err() }
+		return sinktest.Env{Sink: open(tb), Holds: holds, Gate: &proxy.Gate, ClientsOpen: clientOpen, Reopen: open}
+	}, sinktest.Features{Ordered: true, Positions: true, Reconciler: true, ClientsPassedIn: true, CloseAborts: true})
 }
 
 func TestRedisConfig_Validate(t *testing.T) {
@@ -269,9 +300,6 @@ func TestRedis_URLAndClose(t *testing.T) {
 	}
 	if err := s.Close(ctx); err != nil {
 		t.Errorf("second Close: %v", err)
-	}
-	if err := s.Handler()(ctx, sinkUpsert("1", 2)); !errors.Is(err, sink.ErrClosed) {
-		t.Errorf("after Close: err = %v, want ErrClosed", err)
 	}
 	_, err = sink.NewRedis(sink.RedisConfig{URL: "http://nope"})
 	if !errors.Is(err, redisx.ErrBadURL) {
