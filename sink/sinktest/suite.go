@@ -490,7 +490,7 @@ func (s suite) positions(t *testing.T) {
 	}
 	env := s.env(t)
 	ctx := t.Context()
-	const stream, group = "escf:{f}:events", "g"
+	stream, group := redisx.NewKeys("f").Events(), "g"
 	ps := env.Sink.(redisx.Positions)
 	reopen := func() redisx.Positions {
 		t.Helper()
