@@ -36,6 +36,12 @@ const DefaultURL = "http://localhost:9200"
 // is zero.
 const DefaultRequestTimeout = 30 * time.Second
 
+// MaxPageSize is the most hits one search page may ask for: the default of
+// index.max_result_window (from + size beyond it is refused). The relay's
+// batch size, the delete scanner's and the bootstrap's pages are bounded by
+// it.
+const MaxPageSize = 10000
+
 // Config configures a Client.
 type Config struct {
 	// URLs are the cluster's HTTP addresses. Default [DefaultURL].
