@@ -149,13 +149,13 @@ test-engines: redis-server cc java
 	exit $$status
 
 # Records the answers of the five real engines to the calls the relay,
-# resync, status and the sinks make into tests/esemu/testdata/golden/
+# resync, status and the sinks make into internal/esemu/testdata/golden/
 # (TestGolden holds the emulator to them).
 golden: java
-	$(GO) run ./tests/esemu/cmd/golden --engine all
+	$(GO) run ./tests/golden/cmd/golden --engine all
 
 bench: redis-server
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./tests/esemu/ | tee /tmp/esemu-bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./internal/esemu/ | tee /tmp/esemu-bench.txt
 
 # Every fuzz target (found by its func Fuzz… line) for FUZZTIME each; one
 # instrumented test binary per package (tests/fuzz/run.sh).

@@ -246,7 +246,7 @@ func TestClient_TLSErrors(t *testing.T) {
 // TestClient_Resolve_MissingName: a concrete name that exists nowhere is
 // ErrNotFound on every engine: Elasticsearch 8+ answers 404, Elasticsearch
 // 7 and OpenSearch 200 with empty lists (the golden responses of
-// tests/esemu hold both). A pattern matching nothing is not an error.
+// internal/esemu hold both). A pattern matching nothing is not an error.
 func TestClient_Resolve_MissingName(t *testing.T) {
 	empty := `{"indices":[],"aliases":[],"data_streams":[]}`
 	notFound := `{"error":{"root_cause":[{"type":"index_not_found_exception","reason":"no such index [nope]"}],"type":"index_not_found_exception","reason":"no such index [nope]"},"status":404}`

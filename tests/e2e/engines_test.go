@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/internal/esemu"
 	"github.com/es-changefeed/es-changefeed/tests/engines"
-	"github.com/es-changefeed/es-changefeed/tests/esemu"
 )
 
 // TestMain stops the engine the package started for ESCF_TEST_ENGINE.

@@ -356,7 +356,7 @@ func compat(dir string, engines []string, w io.Writer) error {
 
 	fmt.Fprintln(w, "## Emulator-only tests")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Skipped on every engine: they need what only tests/esemu can do (held writes, injected HTTP faults and")
+	fmt.Fprintln(w, "Skipped on every engine: they need what only internal/esemu can do (held writes, injected HTTP faults and")
 	fmt.Fprintln(w, "failing shard copies, op histories, request counts, TLS and users). They run on the emulator in `make test`.")
 	fmt.Fprintln(w)
 	reasons := map[string][]string{}

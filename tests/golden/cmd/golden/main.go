@@ -1,16 +1,16 @@
 // Command golden records the golden responses the emulator is compared
 // with: for each engine it starts one real node (tests/engines), runs the
-// golden script (tests/esemu/internal/golden) against it and writes one
-// file per call into tests/esemu/testdata/golden/<engine>/<NN>-<name>.json.
+// golden script (tests/golden) against it and writes one
+// file per call into internal/esemu/testdata/golden/<engine>/<NN>-<name>.json.
 // Re-record after changing the script or the pinned engines:
 //
-//	go run ./tests/esemu/cmd/golden                       # all five engines
-//	go run ./tests/esemu/cmd/golden --engine elasticsearch-9
+//	go run ./tests/golden/cmd/golden                       # all five engines
+//	go run ./tests/golden/cmd/golden --engine elasticsearch-9
 //
 // It needs Maven and Java as tests/engines does (the first run of an engine
 // downloads its jars). Each engine takes about 10 s; the old files of an
 // engine are replaced only once its whole script ran. Then
-// `go test ./tests/esemu/ -run TestGolden` replays the script on the
+// `go test ./internal/esemu/ -run TestGolden` replays the script on the
 // emulator and compares.
 package main
 
@@ -27,7 +27,7 @@ import (
 	"syscall"
 
 	"github.com/es-changefeed/es-changefeed/tests/engines"
-	"github.com/es-changefeed/es-changefeed/tests/esemu/internal/golden"
+	"github.com/es-changefeed/es-changefeed/tests/golden"
 )
 
 func main() {
@@ -64,16 +64,17 @@ func run() error {
 	return nil
 }
 
-// defaultOut is tests/esemu/testdata/golden next to this source file (go
-// run keeps its path), else relative to the working directory.
+// defaultOut is internal/esemu/testdata/golden of the checkout holding this
+// source file (go run keeps its path), else relative to the working
+// directory.
 func defaultOut() string {
 	if _, file, _, ok := runtime.Caller(0); ok {
-		dir := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "golden")
+		dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "internal", "esemu", "testdata", "golden")
 		if _, err := os.Stat(filepath.Dir(dir)); err == nil {
 			return filepath.Clean(dir)
 		}
 	}
-	return filepath.Join("tests", "esemu", "testdata", "golden")
+	return filepath.Join("internal", "esemu", "testdata", "golden")
 }
 
 // start starts one node, trying again twice: tests/engines takes free ports

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/es-changefeed/es-changefeed/tests/esemu"
+	"github.com/es-changefeed/es-changefeed/internal/esemu"
 )
 
 // csDo sends a request to the emulator and returns the status and body.

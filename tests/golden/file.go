@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// File is one recorded call: tests/esemu/testdata/golden/<engine>/<NN>-<name>.json.
+// File is one recorded call: internal/esemu/testdata/golden/<engine>/<NN>-<name>.json.
 type File struct {
 	// Engine is e.g. "elasticsearch-9 (Elasticsearch 9.5.3)".
 	Engine string `json:"engine"`

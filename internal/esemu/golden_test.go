@@ -1,7 +1,7 @@
 package esemu_test
 
-// The golden conformance test: the script of tests/esemu/internal/golden,
-// recorded on the real engines by tests/esemu/cmd/golden into
+// The golden conformance test: the script of tests/golden,
+// recorded on the real engines by tests/golden/cmd/golden into
 // testdata/golden/<engine>/, replayed on a fresh emulator of the matching
 // flavor; each answer must match the engine's by shape (and by value where
 // the relay reads a deterministic value; see golden.Compare). It reads
@@ -13,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/es-changefeed/es-changefeed/tests/esemu"
-	"github.com/es-changefeed/es-changefeed/tests/esemu/internal/golden"
+	"github.com/es-changefeed/es-changefeed/internal/esemu"
+	"github.com/es-changefeed/es-changefeed/tests/golden"
 )
 
 func TestGolden(t *testing.T) {
@@ -27,7 +27,7 @@ func TestGolden(t *testing.T) {
 }
 
 func testGolden(t *testing.T, target golden.Target) {
-	rerecord := "go run ./tests/esemu/cmd/golden --engine " + target.Engine
+	rerecord := "go run ./tests/golden/cmd/golden --engine " + target.Engine
 	dir := filepath.Join("testdata", "golden", target.Engine)
 	files, err := golden.ReadDir(dir)
 	if err != nil {

@@ -1,10 +1,10 @@
 // Command esemu serves an emulated Elasticsearch/OpenSearch cluster until
 // SIGINT or SIGTERM:
 //
-//	go run ./tests/esemu/cmd/esemu --addr 127.0.0.1:9200 --flavor es-9 --nodes 3
+//	go run ./internal/esemu/cmd/esemu --addr 127.0.0.1:9200 --flavor es-9 --nodes 3
 //
 // Its controls (node kills, faults, holds) are under /_esemu/; see
-// tests/esemu/README.md.
+// internal/esemu/README.md.
 package main
 
 import (
@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/es-changefeed/es-changefeed/tests/esemu"
+	"github.com/es-changefeed/es-changefeed/internal/esemu"
 )
 
 type pairs map[string]string

@@ -2,9 +2,9 @@
 // sequence of HTTP calls covering every call the relay, resync, status, the
 // delete scanner and the bulk sink make (and the errors they must tell
 // apart), run once against each real engine to record what it answers
-// (tests/esemu/cmd/golden writes tests/esemu/testdata/golden/<engine>/), and
+// (tests/golden/cmd/golden writes internal/esemu/testdata/golden/<engine>/), and
 // replayed against the emulator to compare its answers with the recordings
-// (tests/esemu/golden_test.go).
+// (internal/esemu/golden_test.go).
 //
 // The script is defined once, in Script; Run carries it out against a URL;
 // File is one recorded call; Compare says how an answer differs from a

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/es-changefeed/es-changefeed/tests/esemu"
+	"github.com/es-changefeed/es-changefeed/internal/esemu"
 )
 
 // The property tests drive the emulator the way a change feed's cluster is
@@ -1254,7 +1254,7 @@ func TestProperty_ConcurrentWritesWithFailovers(t *testing.T) {
 	t.Logf("seed %d, size %s", seed, size.name)
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("reproduce the random choices (thread scheduling still varies): ESEMU_PROPERTY_SEED=%d go test -race -run '%s' ./tests/esemu/", seed, t.Name())
+			t.Logf("reproduce the random choices (thread scheduling still varies): ESEMU_PROPERTY_SEED=%d go test -race -run '%s' ./internal/esemu/", seed, t.Name())
 		}
 	})
 	// One replica: a failover loses the ops only the old primary had. Two

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/es-changefeed/es-changefeed/tests/esemu"
+	"github.com/es-changefeed/es-changefeed/internal/esemu"
 )
 
 // readReply sends one request to c and decodes its JSON answer.

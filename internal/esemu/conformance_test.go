@@ -31,7 +31,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/es-changefeed/es-changefeed/tests/esemu"
+	"github.com/es-changefeed/es-changefeed/internal/esemu"
 )
 
 // confESFlavors are the Elasticsearch flavors the ES YAML tests run against.

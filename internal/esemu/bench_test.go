@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/es-changefeed/es-changefeed/tests/esemu"
+	"github.com/es-changefeed/es-changefeed/internal/esemu"
 )
 
 // The benchmarks show the emulator is never the bottleneck of a feed test:
@@ -19,7 +19,7 @@ import (
 // baseline on the same server in the same run, a raw HTTP round trip of
 // GET /, and reports every result as a multiple of it ("x_GET/" metric).
 //
-//	go test -run '^$' -bench . -benchmem -count 5 ./tests/esemu/
+//	go test -run '^$' -bench . -benchmem -count 5 ./internal/esemu/
 
 const benchIndex = "bench"
 
