@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"bytes"
@@ -10,13 +10,12 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/es"
@@ -25,37 +24,102 @@ import (
 	"github.com/es-changefeed/es-changefeed/relay"
 )
 
-const demoIndex = "demo-orders"
+// Index is the index the demo's writer writes and its feed follows.
+const Index = "demo-orders"
 
-func demoCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "demo",
-		Usage: "run an emulated cluster, an embedded Redis, a writer, the relay (with --deletes) and a reader in-process; print each event",
-		Flags: append([]cli.Flag{
-			&cli.DurationFlag{Name: "duration", Value: 10 * time.Second, Usage: "how long the writer writes", Validator: positiveDuration("duration")},
-			&cli.StringFlag{Name: "flavor", Value: string(esemu.FlavorES9), Usage: "emulated product: es-7, es-8, es-9, opensearch-2, opensearch-3"},
-			metricsFlag(),
-		}, logFlags()...),
-		Action: demoAction,
-	}
+// DefaultFlavor is the engine the demo emulates when Config.Flavor is
+// empty.
+const DefaultFlavor = string(esemu.DefaultFlavor)
+
+// DefaultDuration is how long the writer writes when Config.Duration is
+// zero.
+const DefaultDuration = 10 * time.Second
+
+// Config configures Run.
+type Config struct {
+	// Flavor names the emulated engine, one of Flavors. Default
+	// DefaultFlavor.
+	Flavor string
+	// Duration is how long the writer writes. Default DefaultDuration.
+	Duration time.Duration
+	// Stdout gets each event of the stream as one JSON line, Stderr the
+	// demo's own lines (what runs where, the final check). Default
+	// io.Discard.
+	Stdout, Stderr io.Writer
+	// Metrics registers the feed's collectors. Default: a registry of
+	// Run's own, thrown away.
+	Metrics prometheus.Registerer
+	// Serve, when set, is called once with what the demo's feed offers a
+	// metrics and status server (the CLI's --metrics-addr); the server
+	// must stop when ctx ends. An error ends Run before the writer starts.
+	Serve func(ctx context.Context, feed Ops) error
+	// Logger logs the relay. Default: discarded.
+	Logger *slog.Logger
 }
 
-func demoAction(ctx context.Context, cmd *cli.Command) error {
-	log, err := newLogger(cmd, cmd.Root().ErrWriter)
-	if err != nil {
+// Ops is what a metrics and status server reads of the demo's feed.
+type Ops struct {
+	Redis         redis.UniversalClient
+	Keys          redisx.Keys
+	ES            *es.Client
+	Health, Ready func() (bool, string)
+}
+
+// Flavors are the names Config.Flavor takes.
+func Flavors() []string {
+	out := make([]string, len(esemu.Flavors))
+	for i, f := range esemu.Flavors {
+		out[i] = string(f)
+	}
+	return out
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	if c.Flavor != "" {
+		if _, err := esemu.ParseFlavor(c.Flavor); err != nil {
+			return fmt.Errorf("demo config: Flavor: %w", err)
+		}
+	}
+	if c.Duration < 0 {
+		return fmt.Errorf("demo config: Duration = %s: want > 0", c.Duration)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Flavor == "" {
+		c.Flavor = DefaultFlavor
+	}
+	if c.Duration == 0 {
+		c.Duration = DefaultDuration
+	}
+	if c.Stdout == nil {
+		c.Stdout = io.Discard
+	}
+	if c.Stderr == nil {
+		c.Stderr = io.Discard
+	}
+	if c.Metrics == nil {
+		c.Metrics = prometheus.NewRegistry()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Run wires everything in-process: writes for cfg.Duration, waits until
+// the feed caught up, checks that replaying the stream reproduces the
+// index, and returns. It blocks until then or until ctx ends (nil: a
+// stop is not a failure).
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	flavor, err := esemu.ParseFlavor(cmd.String("flavor"))
-	if err != nil {
-		return usageError{err}
-	}
-	return runDemo(ctx, flavor, cmd.Duration("duration"), cmd.String("metrics-addr"), cmd.Root().Writer, cmd.Root().ErrWriter, log)
-}
-
-// runDemo wires everything in-process: writes for d, waits until the feed
-// caught up, checks that replaying the stream reproduces the index, and
-// returns.
-func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, metricsAddr string, stdout, stderr io.Writer, log *slog.Logger) error {
+	cfg = cfg.withDefaults()
+	flavor, _ := esemu.ParseFlavor(cfg.Flavor)
+	d, stdout, stderr := cfg.Duration, cfg.Stdout, cfg.Stderr
 	cluster, err := esemu.New(esemu.Config{Flavor: flavor, Nodes: 3, OutOfOrder: true})
 	if err != nil {
 		return err
@@ -69,8 +133,8 @@ func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, metricsA
 	fmt.Fprintf(stderr, "demo: %s %s with 3 nodes at %s, embedded Redis at %s; writing for %s\n",
 		flavor, flavor.Version(), cluster.URL(), mr.Addr(), d)
 
-	w := &demoWriter{url: cluster.URL(), rng: rand.New(rand.NewPCG(1, 2)), live: map[string]bool{}, routing: map[string]string{}}
-	if err := w.put("/"+demoIndex, `{"settings":{"number_of_shards":3,"number_of_replicas":1}}`); err != nil {
+	w := &writer{url: cluster.URL(), rng: rand.New(rand.NewPCG(1, 2)), live: map[string]bool{}, routing: map[string]string{}}
+	if err := w.put("/"+Index, `{"settings":{"number_of_shards":3,"number_of_replicas":1}}`); err != nil {
 		return err
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
@@ -79,13 +143,9 @@ func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, metricsA
 	if err != nil {
 		return err
 	}
-	reg, err := newRegistry()
-	if err != nil {
-		return err
-	}
-	f, err := relay.NewFeed(relay.FeedConfig{ES: client, Redis: rdb, Feed: "demo", Targets: []string{demoIndex}, Owner: "demo",
+	f, err := relay.NewFeed(relay.FeedConfig{ES: client, Redis: rdb, Feed: "demo", Targets: []string{Index}, Owner: "demo",
 		PollInterval: 100 * time.Millisecond, BatchSize: 200, Deletes: relay.Deletes{Enabled: true, Interval: 500 * time.Millisecond},
-		Metrics: reg, Logger: log})
+		Metrics: cfg.Metrics, Logger: cfg.Logger})
 	if err != nil {
 		return err
 	}
@@ -97,8 +157,10 @@ func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, metricsA
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	if err := serveOps(runCtx, metricsAddr, reg, rdb, keys, client, f.Health, f.Ready, log); err != nil {
-		return err
+	if cfg.Serve != nil {
+		if err := cfg.Serve(runCtx, Ops{Redis: rdb, Keys: keys, ES: client, Health: f.Health, Ready: f.Ready}); err != nil {
+			return err
+		}
 	}
 	var wg sync.WaitGroup
 	relayErr := make(chan error, 1)
@@ -108,7 +170,7 @@ func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, metricsA
 	var events int
 	go func() {
 		defer wg.Done()
-		last, n := demoPrint(runCtx, rdb, keys.Events(), stdout)
+		last, n := printEvents(runCtx, rdb, keys.Events(), stdout, stderr)
 		events = n
 		printed <- last
 	}()
@@ -126,7 +188,7 @@ func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, metricsA
 		wg.Wait()
 		return nil
 	}
-	if err := demoCatchUp(ctx, cluster, store, relayErr); err != nil {
+	if err := catchUp(ctx, cluster, store, relayErr); err != nil {
 		stop()
 		wg.Wait()
 		return err
@@ -136,7 +198,7 @@ func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, metricsA
 	var docs int
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if docs, err = demoVerify(ctx, cluster, rdb, keys.Events()); err == nil || time.Now().After(deadline) {
+		if docs, err = verify(ctx, cluster, rdb, keys.Events()); err == nil || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -151,7 +213,7 @@ func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, metricsA
 	if msgs, err := rdb.XRevRangeN(ctx, keys.Events(), "+", "-", 1).Result(); err == nil && len(msgs) == 1 {
 		lastID = msgs[0].ID
 	}
-	demoWaitPrinted(ctx, rdb, keys.Events(), lastID)
+	waitPrinted(ctx, rdb, keys.Events(), lastID)
 	stop()
 	wg.Wait()
 	<-printed
@@ -160,8 +222,8 @@ func runDemo(ctx context.Context, flavor esemu.Flavor, d time.Duration, metricsA
 	return nil
 }
 
-// demoWriter creates, updates and deletes orders, some with custom routing.
-type demoWriter struct {
+// writer creates, updates and deletes orders, some with custom routing.
+type writer struct {
 	url     string
 	rng     *rand.Rand
 	ids     []string          // ids ever created (never reused)
@@ -171,9 +233,9 @@ type demoWriter struct {
 	deletes int
 }
 
-func (w *demoWriter) put(path, body string) error { return w.send(http.MethodPut, path, body) }
+func (w *writer) put(path, body string) error { return w.send(http.MethodPut, path, body) }
 
-func (w *demoWriter) send(method, path, body string) error {
+func (w *writer) send(method, path, body string) error {
 	req, err := http.NewRequest(method, w.url+path, bytes.NewBufferString(body))
 	if err != nil {
 		return err
@@ -192,9 +254,9 @@ func (w *demoWriter) send(method, path, body string) error {
 	return nil
 }
 
-var demoStatuses = []string{"new", "paid", "packed", "shipped", "delivered"}
+var statuses = []string{"new", "paid", "packed", "shipped", "delivered"}
 
-func (w *demoWriter) run(ctx context.Context) error {
+func (w *writer) run(ctx context.Context) error {
 	t := time.NewTicker(40 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -220,7 +282,7 @@ func (w *demoWriter) run(ctx context.Context) error {
 		} else {
 			id = w.pick()
 		}
-		doc := map[string]any{"status": demoStatuses[w.rng.IntN(len(demoStatuses))], "amount": w.rng.IntN(50000) / 100.0}
+		doc := map[string]any{"status": statuses[w.rng.IntN(len(statuses))], "amount": w.rng.IntN(50000) / 100.0}
 		if r := w.routing[id]; r != "" {
 			doc["customer"] = r
 		}
@@ -232,7 +294,7 @@ func (w *demoWriter) run(ctx context.Context) error {
 }
 
 // pick returns a random live id.
-func (w *demoWriter) pick() string {
+func (w *writer) pick() string {
 	for {
 		if id := w.ids[w.rng.IntN(len(w.ids))]; w.live[id] {
 			return id
@@ -240,23 +302,23 @@ func (w *demoWriter) pick() string {
 	}
 }
 
-func (w *demoWriter) docPath(id string) string {
-	p := "/" + demoIndex + "/_doc/" + id
+func (w *writer) docPath(id string) string {
+	p := "/" + Index + "/_doc/" + id
 	if r := w.routing[id]; r != "" {
 		p += "?routing=" + r
 	}
 	return p
 }
 
-func (w *demoWriter) deleteOne() error {
+func (w *writer) deleteOne() error {
 	id := w.pick()
 	delete(w.live, id)
 	w.deletes++
 	return w.send(http.MethodDelete, w.docPath(id), "")
 }
 
-// demoPrint prints every stream entry as a JSON line until ctx ends.
-func demoPrint(ctx context.Context, rdb *redis.Client, stream string, out io.Writer) (string, int) {
+// printEvents prints every stream entry as a JSON line until ctx ends.
+func printEvents(ctx context.Context, rdb *redis.Client, stream string, out, errOut io.Writer) (string, int) {
 	last, n := "0", 0
 	enc := json.NewEncoder(out)
 	for ctx.Err() == nil {
@@ -268,7 +330,7 @@ func demoPrint(ctx context.Context, rdb *redis.Client, stream string, out io.Wri
 			for _, m := range s.Messages {
 				e, err := redisx.ParseEvent(m)
 				if err != nil {
-					fmt.Fprintln(os.Stderr, "demo:", err)
+					fmt.Fprintln(errOut, "demo:", err)
 					continue
 				}
 				_ = enc.Encode(e)
@@ -280,8 +342,8 @@ func demoPrint(ctx context.Context, rdb *redis.Client, stream string, out io.Wri
 	return last, n
 }
 
-// demoCatchUp waits until every shard's checkpoint reached its gcp.
-func demoCatchUp(ctx context.Context, c *esemu.Cluster, store *checkpoint.Store, relayErr <-chan error) error {
+// catchUp waits until every shard's checkpoint reached its gcp.
+func catchUp(ctx context.Context, c *esemu.Cluster, store *checkpoint.Store, relayErr <-chan error) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
@@ -290,7 +352,7 @@ func demoCatchUp(ctx context.Context, c *esemu.Cluster, store *checkpoint.Store,
 		default:
 		}
 		st, err := store.Load(ctx)
-		if err == nil && demoCaughtUp(c, st) {
+		if err == nil && caughtUp(c, st) {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -298,9 +360,9 @@ func demoCatchUp(ctx context.Context, c *esemu.Cluster, store *checkpoint.Store,
 	return errors.New("demo: the relay did not catch up within 30s")
 }
 
-func demoCaughtUp(c *esemu.Cluster, st checkpoint.State) bool {
+func caughtUp(c *esemu.Cluster, st checkpoint.State) bool {
 	for n := 0; n < 3; n++ {
-		ss, err := c.ShardState(demoIndex, n)
+		ss, err := c.ShardState(Index, n)
 		if err != nil {
 			return false
 		}
@@ -317,15 +379,15 @@ func demoCaughtUp(c *esemu.Cluster, st checkpoint.State) bool {
 	return true
 }
 
-func demoWaitPrinted(ctx context.Context, rdb *redis.Client, stream, lastID string) {
+func waitPrinted(ctx context.Context, rdb *redis.Client, stream, lastID string) {
 	// The reader reads in 100-entry pages every 100ms at most; give it time.
 	n, _ := rdb.XLen(ctx, stream).Result()
 	time.Sleep(time.Duration(n/100+3) * 100 * time.Millisecond)
 }
 
-// demoVerify replays the stream (last upsert per shard and id) and compares
+// verify replays the stream (last upsert per shard and id) and compares
 // it with the documents of the index.
-func demoVerify(ctx context.Context, c *esemu.Cluster, rdb *redis.Client, stream string) (int, error) {
+func verify(ctx context.Context, c *esemu.Cluster, rdb *redis.Client, stream string) (int, error) {
 	msgs, err := rdb.XRange(ctx, stream, "-", "+").Result()
 	if err != nil {
 		return 0, err
@@ -349,7 +411,7 @@ func demoVerify(ctx context.Context, c *esemu.Cluster, rdb *redis.Client, stream
 	}
 	docs := 0
 	for n := 0; n < 3; n++ {
-		vis, err := c.VisibleDocs(demoIndex, n, 0)
+		vis, err := c.VisibleDocs(Index, n, 0)
 		if err != nil {
 			return 0, err
 		}
