@@ -433,7 +433,7 @@ This file is written by ` + "`make test-engines`" + ` (tests/figures, compat mod
 suite did: ` + "`tests/engines`" + ` starts real nodes from Maven Central's jars (one JVM per node, on
 127.0.0.1), and ` + "`ESCF_TEST_ENGINE=<engine> go test ./tests/engines/ ./tests/e2e/`" + ` runs every test that
 can run on a real cluster against them. Do not edit it by hand; change the tests, or the text in
-tests/figures/compat.go. The engines and their versions are pinned in tests/engines/versions.txt.
+tests/figures/compat.go. The engines and their versions are pinned in internal/engine/versions.txt.
 
 `
 
