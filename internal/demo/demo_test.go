@@ -20,7 +20,8 @@ func TestConfig_Validate(t *testing.T) {
 	}{
 		{name: "zero", cfg: demo.Config{}},
 		{name: "every flavor", cfg: demo.Config{Flavor: demo.Flavors()[len(demo.Flavors())-1]}},
-		{name: "unknown flavor", cfg: demo.Config{Flavor: "solr-9"}, want: `Flavor: unknown flavor "solr-9"`},
+		{name: "a former name", cfg: demo.Config{Flavor: "es-9"}},
+		{name: "unknown flavor", cfg: demo.Config{Flavor: "solr-9"}, want: `Flavor: unknown engine "solr-9"`},
 		{name: "negative duration", cfg: demo.Config{Duration: -time.Second}, want: "Duration = -1s"},
 	}
 	for _, tt := range tests {

@@ -25,7 +25,7 @@ const (
 	DefaultNodeLeftDelay                = time.Minute
 )
 
-// Config configures an emulated cluster. The zero value is a one-node ES 9.5.5
+// Config configures an emulated cluster. The zero value is a one-node ES 9
 // cluster over plain HTTP on a free loopback port, without auth.
 type Config struct {
 	// Flavor is the product and version to answer as. Default FlavorES9.
@@ -106,6 +106,7 @@ func (c Config) withDefaults() Config {
 	if c.Flavor == "" {
 		c.Flavor = DefaultFlavor
 	}
+	c.Flavor, _ = ParseFlavor(string(c.Flavor)) // a former name such as "es-9"; Validate checked it
 	if c.Nodes == 0 {
 		c.Nodes = DefaultNodes
 	}

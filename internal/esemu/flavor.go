@@ -3,22 +3,27 @@ package esemu
 import (
 	"fmt"
 	"strings"
+
+	"github.com/es-changefeed/es-changefeed/internal/engine"
 )
 
-// Flavor selects which product and version the emulator answers as.
+// Flavor selects which engine line the emulator answers as: a name of the
+// engine table (internal/engine), whose version it reports.
 type Flavor string
 
-// The flavors the emulator can answer as.
+// The flavors the emulator can answer as, one per line of the engine
+// table.
 const (
-	FlavorES7         Flavor = "es-7"
-	FlavorES8         Flavor = "es-8"
-	FlavorES9         Flavor = "es-9"
+	FlavorES7         Flavor = "elasticsearch-7"
+	FlavorES8         Flavor = "elasticsearch-8"
+	FlavorES9         Flavor = "elasticsearch-9"
 	FlavorOpenSearch2 Flavor = "opensearch-2"
 	FlavorOpenSearch3 Flavor = "opensearch-3"
 )
 
-// Flavors lists every flavor, in a stable order (tests iterate it).
-var Flavors = []Flavor{FlavorES7, FlavorES8, FlavorES9, FlavorOpenSearch2, FlavorOpenSearch3}
+// Flavors lists every flavor, in the order of the engine table (tests
+// iterate it).
+var Flavors = flavors()
 
 // flavorInfo is what a flavor says about itself in GET / and where its APIs
 // differ.
@@ -43,37 +48,95 @@ type flavorInfo struct {
 	commitVersion string
 }
 
-var flavorInfos = map[Flavor]flavorInfo{
-	FlavorES7: {number: "7.17.28", lucene: "8.11.3", minWire: "6.8.0", minIndex: "6.0.0-beta1",
-		buildHash: "139cb5a961d8de68b8e02c45cc47f5289a3623af", buildDate: "2025-02-20T09:05:31.349013687Z",
-		major: 7, minor: 17, tagline: "You Know, for Search", indexVersion: "7172899", commitVersion: "7.17.28"},
-	FlavorES8: {number: "8.19.23", lucene: "9.12.2", minWire: "7.17.0", minIndex: "7.0.0",
-		buildHash: "4c4a8b6e1a9d1f3a9c5e5a0e2f3e0b4b8c1d2e3f", buildDate: "2026-09-30T10:11:12.123456789Z",
-		major: 8, minor: 19, tagline: "You Know, for Search", indexVersion: "8537000", commitVersion: "8537000"},
-	FlavorES9: {number: "9.5.5", lucene: "10.3.2", minWire: "8.19.0", minIndex: "8.0.0",
-		buildHash: "9f2c1d4e5b6a7c8d9e0f1a2b3c4d5e6f7a8b9c0d", buildDate: "2026-10-28T08:09:10.111213141Z",
-		major: 9, minor: 5, tagline: "You Know, for Search", indexVersion: "9111000", commitVersion: "9111000"},
-	FlavorOpenSearch2: {number: "2.19.7", lucene: "9.12.3", minWire: "7.10.0", minIndex: "7.0.0",
-		buildHash: "2a1b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d", buildDate: "2026-08-14T12:13:14.151617181Z",
-		openSearch: true, major: 2, minor: 19, distribution: "opensearch", indexVersion: "136408527",
-		tagline: "The OpenSearch Project: https://opensearch.org/"},
-	FlavorOpenSearch3: {number: "3.9.0", lucene: "10.3.1", minWire: "2.19.0", minIndex: "2.0.0",
-		buildHash: "3b2c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e", buildDate: "2026-10-02T11:12:13.141516171Z",
-		openSearch: true, major: 3, minor: 9, distribution: "opensearch", indexVersion: "137307827",
-		tagline: "The OpenSearch Project: https://opensearch.org/"},
+// build is what a line's version does not say: the engine's own answers
+// at that version, as recorded from it (internal/esemu/testdata/golden/
+// <line>/01-root.json; TestGolden compares lucene and the minimum
+// versions). A new line needs one; a new version of a line may change them
+// (re-recording shows it).
+type build struct {
+	lucene, minWire, minIndex, hash, date string
+	// indexVersion is Elasticsearch 8+'s IndexVersion id of new indices
+	// (IndexVersions.csv; 7 and OpenSearch derive it from the version).
+	indexVersion string
 }
 
-// ParseFlavor maps a flavor name ("es-9", "opensearch-3", ...) to a Flavor.
+var builds = map[Flavor]build{
+	FlavorES7: {lucene: "8.11.3", minWire: "6.8.0", minIndex: "6.0.0-beta1",
+		hash: "580aff1a0064ce4c93293aaab6fcc55e22c10d1c", date: "2025-06-19T01:37:57.847711500Z"},
+	FlavorES8: {lucene: "9.12.2", minWire: "7.17.0", minIndex: "7.0.0", indexVersion: "8537000",
+		hash: "4fe44c255c3d0da06779b921e132cdc555ed9aff", date: "2026-08-26T22:10:47.574903747Z"},
+	FlavorES9: {lucene: "10.5.1", minWire: "8.19.0", minIndex: "8.0.0", indexVersion: "9111000",
+		hash: "367ec317ec5f668dd864d41be06052a567102fec", date: "2026-09-01T16:11:59.322249404Z"},
+	FlavorOpenSearch2: {lucene: "9.12.3", minWire: "7.10.0", minIndex: "7.0.0",
+		hash: "97d3c13bf22a4a72ac11dc503fe44c97662b9161", date: "2026-07-01T04:27:16.038403104Z"},
+	FlavorOpenSearch3: {lucene: "10.5.1", minWire: "2.19.0", minIndex: "2.0.0",
+		hash: "4ee42a94e87f66fbf1e62a9871b1b87f91e02472", date: "2026-09-23T01:01:31.883915140Z"},
+}
+
+var flavorInfos = newFlavorInfos()
+
+// flavors are the table's lines the emulator has a build for.
+func flavors() []Flavor {
+	var out []Flavor
+	for _, l := range engine.Lines() {
+		if _, ok := builds[Flavor(l.Name)]; ok {
+			out = append(out, Flavor(l.Name))
+		}
+	}
+	return out
+}
+
+// newFlavorInfos joins each line of the engine table with its build.
+func newFlavorInfos() map[Flavor]flavorInfo {
+	out := map[Flavor]flavorInfo{}
+	for _, l := range engine.Lines() {
+		b, ok := builds[Flavor(l.Name)]
+		if !ok {
+			continue
+		}
+		i := flavorInfo{number: l.Version, lucene: b.lucene, minWire: b.minWire, minIndex: b.minIndex,
+			buildHash: b.hash, buildDate: b.date, openSearch: l.OpenSearch(), major: l.Major(), minor: l.Minor()}
+		switch {
+		case l.OpenSearch():
+			i.tagline, i.distribution = "The OpenSearch Project: https://opensearch.org/", "opensearch"
+			i.indexVersion = fmt.Sprint(versionID(l) ^ 0x08000000)
+		case l.Major() == 7:
+			i.tagline = "You Know, for Search"
+			i.indexVersion, i.commitVersion = fmt.Sprint(versionID(l)), l.Version
+		default:
+			i.tagline = "You Know, for Search"
+			i.indexVersion, i.commitVersion = b.indexVersion, b.indexVersion
+		}
+		out[Flavor(l.Name)] = i
+	}
+	return out
+}
+
+// versionID is the engines' Version id of a release: major*1000000 +
+// minor*10000 + revision*100 + 99.
+func versionID(l engine.Line) int {
+	return l.Major()*1000000 + l.Minor()*10000 + l.Patch()*100 + 99
+}
+
+// ParseFlavor maps a flavor name ("elasticsearch-9", "opensearch-3", …, or
+// a former name such as "es-9") to a Flavor.
 func ParseFlavor(s string) (Flavor, error) {
-	f := Flavor(strings.ToLower(strings.TrimSpace(s)))
-	if _, ok := flavorInfos[f]; ok {
-		return f, nil
+	l, err := engine.Lookup(s)
+	if err != nil {
+		return "", err
 	}
-	names := make([]string, len(Flavors))
+	if _, ok := flavorInfos[Flavor(l.Name)]; !ok {
+		return "", fmt.Errorf("the emulator has no flavor for %s: want one of %s", l, strings.Join(flavorNames(), ", "))
+	}
+	return Flavor(l.Name), nil
+}
+
+func flavorNames() []string {
+	out := make([]string, len(Flavors))
 	for i, f := range Flavors {
-		names[i] = string(f)
+		out[i] = string(f)
 	}
-	return "", fmt.Errorf("unknown flavor %q: use one of %s", s, strings.Join(names, ", "))
+	return out
 }
 
 func (f Flavor) info() flavorInfo { return flavorInfos[f] }
@@ -94,7 +157,8 @@ func (i flavorInfo) withVersion(v string) flavorInfo {
 // OpenSearch reports whether the flavor answers as OpenSearch.
 func (f Flavor) OpenSearch() bool { return f.info().openSearch }
 
-// Version is the product version the flavor answers with, e.g. "9.5.5".
+// Version is the product version the flavor answers with: its line's in
+// the engine table, e.g. "9.5.3".
 func (f Flavor) Version() string { return f.info().number }
 
 // seqNoDisabling reports whether index.disable_sequence_numbers exists

@@ -1,7 +1,7 @@
 package esemu_test
 
-// The golden conformance test: the script of tests/golden,
-// recorded on the real engines by tests/golden/cmd/golden into
+// The golden conformance test: the script of tests/golden, recorded on the
+// real engines (the versions of the engine table) by tests/golden/cmd/golden into
 // testdata/golden/<engine>/, replayed on a fresh emulator of the matching
 // flavor; each answer must match the engine's by shape (and by value where
 // the relay reads a deterministic value; see golden.Compare). It reads
@@ -36,7 +36,7 @@ func testGolden(t *testing.T, target golden.Target) {
 	if len(files) == 0 {
 		t.Fatalf("no goldens in %s: record them with %s", dir, rerecord)
 	}
-	flavor, err := esemu.ParseFlavor(target.Flavor)
+	flavor, err := esemu.ParseFlavor(target.Engine)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +73,9 @@ func testGolden(t *testing.T, target golden.Target) {
 			}
 			if same, why := golden.SameRequest(f, s); !same {
 				t.Fatalf("the golden is stale (%s): re-record with %s", why, rerecord)
+			}
+			if f.Engine != target.Recorded {
+				t.Fatalf("the golden was recorded on %s, the engine table pins %s: re-record with %s", f.Engine, target.Recorded, rerecord)
 			}
 			switch {
 			case f.Skipped != "" && got.Skipped != "":

@@ -3,41 +3,47 @@ package golden
 import (
 	"fmt"
 	"strings"
+
+	"github.com/es-changefeed/es-changefeed/internal/engine"
 )
 
-// Target is one engine the script is recorded on, and the emulator flavor
-// that answers in its place.
+// Target is one engine the script is recorded on; the emulator flavor of
+// the same name answers in its place.
 type Target struct {
-	// Engine is the name in tests/engines/versions.txt, and the golden
-	// directory's name.
-	Engine string
-	// Flavor is the esemu flavor emulating it.
-	Flavor     string
+	// Engine is the line's name in the engine table (internal/engine), the
+	// emulator flavor's, and the golden directory's name.
+	Engine     string
 	OpenSearch bool
 	Major      int
+	// Recorded is how the goldens name the engine they were recorded on,
+	// e.g. "elasticsearch-9 (Elasticsearch 9.5.3)": a golden naming
+	// another version is stale.
+	Recorded string
 }
 
-// Targets are the five engines, in the order of tests/engines/versions.txt.
-var Targets = []Target{
-	{Engine: "opensearch-2", Flavor: "opensearch-2", OpenSearch: true, Major: 2},
-	{Engine: "opensearch-3", Flavor: "opensearch-3", OpenSearch: true, Major: 3},
-	{Engine: "elasticsearch-7", Flavor: "es-7", Major: 7},
-	{Engine: "elasticsearch-8", Flavor: "es-8", Major: 8},
-	{Engine: "elasticsearch-9", Flavor: "es-9", Major: 9},
+// Targets are the lines of the engine table, in its order.
+var Targets = targets()
+
+func targets() []Target {
+	var out []Target
+	for _, l := range engine.Lines() {
+		out = append(out, Target{Engine: l.Name, OpenSearch: l.OpenSearch(), Major: l.Major(), Recorded: l.String()})
+	}
+	return out
 }
 
-// LookupTarget returns the target of an engine name.
-func LookupTarget(engine string) (Target, error) {
+// LookupTarget returns the target of an engine name (or its alias).
+func LookupTarget(name string) (Target, error) {
+	l, err := engine.Lookup(name)
+	if err != nil {
+		return Target{}, err
+	}
 	for _, t := range Targets {
-		if t.Engine == engine {
+		if t.Engine == l.Name {
 			return t, nil
 		}
 	}
-	names := make([]string, len(Targets))
-	for i, t := range Targets {
-		names[i] = t.Engine
-	}
-	return Target{}, fmt.Errorf("unknown engine %q: want one of %s", engine, strings.Join(names, ", "))
+	return Target{}, fmt.Errorf("no target for %s", l)
 }
 
 // Step is one call of the script. Path and Body may hold {{name}}, replaced
@@ -240,15 +246,18 @@ func Script(t Target) []Step {
 
 	return []Step{
 		{Name: "root", Why: "Info: product, version, build_flavor (relay, status); Maven's Elasticsearch 7 jars report build_flavor unknown",
-			Method: "GET", Path: "/", Same: []string{"version/build_flavor", "version/distribution", "tagline"}, Loose: rootLoose,
+			Method: "GET", Path: "/", Same: []string{"version/build_flavor", "version/distribution", "tagline",
+				"version/number", "version/lucene_version", "version/minimum_wire_compatibility_version", "version/minimum_index_compatibility_version"},
+			Loose:      rootLoose,
 			Unreliable: rootUnreliable},
 		{Name: "create-gold", Method: "PUT", Path: "/gold", Body: twoShards, Same: []string{"index", "shards_acknowledged"}},
 		{Name: "create-gold-other", Method: "PUT", Path: "/gold-other", Body: oneShard},
 		{Name: "stats-empty", Why: "Stats of an index without writes: -1 checkpoints", Method: "GET", Path: "/gold/_stats/get?level=shards",
 			Capture: map[string]string{"node": "indices/gold/shards/0/0/routing/node"}, Same: sameShardStats},
 		{Name: "settings", Why: "Settings: number_of_shards, uuid, disable_sequence_numbers (relay, resync)", Method: "GET",
-			Path:   "/gold/_settings?flat_settings=true&include_defaults=true",
-			Same:   []string{"gold/settings/index.number_of_shards", "gold/settings/index.number_of_replicas", "gold/defaults/index.disable_sequence_numbers"},
+			Path: "/gold/_settings?flat_settings=true&include_defaults=true",
+			Same: []string{"gold/settings/index.number_of_shards", "gold/settings/index.number_of_replicas", "gold/defaults/index.disable_sequence_numbers",
+				"gold/settings/index.version.created"},
 			Subset: []string{"gold/defaults"}},
 		{Name: "bulk-source", Why: "writes whose seq nos and shards the rest of the script reads", Method: "POST", Path: "/_bulk", Body: bulkSource},
 		{Name: "bulk-source-2", Why: "an update, a delete, a delete of a missing id (takes a seq no), a create conflict",

@@ -1,7 +1,7 @@
 // Command esemu serves an emulated Elasticsearch/OpenSearch cluster until
 // SIGINT or SIGTERM:
 //
-//	go run ./internal/esemu/cmd/esemu --addr 127.0.0.1:9200 --flavor es-9 --nodes 3
+//	go run ./internal/esemu/cmd/esemu --addr 127.0.0.1:9200 --flavor elasticsearch-9 --nodes 3
 //
 // Its controls (node kills, faults, holds) are under /_esemu/; see
 // internal/esemu/README.md.
@@ -42,7 +42,7 @@ func main() {
 func run() error {
 	users, keys := pairs{}, pairs{}
 	addr := flag.String("addr", "127.0.0.1:9200", "listen address")
-	flavor := flag.String("flavor", string(esemu.DefaultFlavor), "es-7, es-8, es-9, opensearch-2 or opensearch-3")
+	flavor := flag.String("flavor", string(esemu.DefaultFlavor), "engine line to answer as: "+flavorList())
 	nodes := flag.Int("nodes", esemu.DefaultNodes, "number of data nodes")
 	name := flag.String("cluster-name", esemu.DefaultClusterName, "cluster name")
 	useTLS := flag.Bool("tls", false, "serve HTTPS with a fresh self-signed CA")
@@ -89,4 +89,13 @@ func run() error {
 	case <-time.After(10 * time.Second):
 		return fmt.Errorf("close timed out")
 	}
+}
+
+// flavorList names the flavors, for the usage.
+func flavorList() string {
+	names := make([]string, len(esemu.Flavors))
+	for i, f := range esemu.Flavors {
+		names[i] = string(f)
+	}
+	return strings.Join(names, ", ")
 }
