@@ -13,8 +13,8 @@
 #                (a venv in ~/.cache/escf-examples, examples/node/node_modules);
 #                make test needs them
 #   make test-engines
-#                the real-cluster part of the suite on each of the five
-#                engines of tests/engines/versions.txt, then
+#                the real-cluster part of the suite on each engine line
+#                of the engine table (internal/engine/versions.txt), then
 #                docs/COMPATIBILITY.md from what ran
 #   make golden  re-record the real engines' answers the emulator is held to
 #   make bench   the benchmarks reported in docs/PERFORMANCE.md
@@ -122,7 +122,13 @@ vet:
 # output and figures go to $(ENGINE_RESULTS); tests/figures prints the
 # counts and the failed tests' output, and writes docs/COMPATIBILITY.md.
 ENGINE_TESTS = ./tests/engines/ ./tests/e2e/
-ENGINES ?= opensearch-2 opensearch-3 elasticsearch-7 elasticsearch-8 elasticsearch-9
+# The engine lines, read from the engine table (the first field of each
+# line that is not a comment); DEFAULT_ENGINE is the one make test runs the
+# suite on (tests/engines.DefaultEngine), OTHER_ENGINES the rest (.ci/run).
+ALL_ENGINES := $(shell awk '$$1 ~ /^[a-z]+-[0-9]+$$/ {print $$1}' internal/engine/versions.txt)
+DEFAULT_ENGINE = opensearch-2
+OTHER_ENGINES = $(filter-out $(DEFAULT_ENGINE),$(ALL_ENGINES))
+ENGINES ?= $(ALL_ENGINES)
 ENGINE_RESULTS ?= /tmp/escf-engines
 # Engines run at once by make test-engines (their JVMs mostly wait).
 ENGINE_JOBS ?= 1
@@ -131,7 +137,7 @@ ENGINE_SKIP ?=
 
 test: redis-server cc docker-compose promtool java examples vet rules
 	ESCF_REQUIRE_COMPOSE=1 $(GO) test -race -count=1 -timeout 15m $$($(GO) list ./... | grep -v '/tests/engines$$')
-	@$(MAKE) --no-print-directory engine-opensearch-2 RACE=-race
+	@$(MAKE) --no-print-directory engine-$(DEFAULT_ENGINE) RACE=-race
 
 engine-%:
 	@mkdir -p $(ENGINE_RESULTS) && rm -f $(ENGINE_RESULTS)/$*.json $(ENGINE_RESULTS)/$*.figures.jsonl
@@ -149,13 +155,13 @@ test-engines: redis-server cc java
 	exit $$status
 
 # Records the answers of the five real engines to the calls the relay,
-# resync, status and the sinks make into tests/esemu/testdata/golden/
+# resync, status and the sinks make into internal/esemu/testdata/golden/
 # (TestGolden holds the emulator to them).
 golden: java
-	$(GO) run ./tests/esemu/cmd/golden --engine all
+	$(GO) run ./tests/golden/cmd/golden --engine all
 
 bench: redis-server
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./tests/esemu/ | tee /tmp/esemu-bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./internal/esemu/ | tee /tmp/esemu-bench.txt
 
 # Every fuzz target (found by its func Fuzz… line) for FUZZTIME each; one
 # instrumented test binary per package (tests/fuzz/run.sh).

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
+	"github.com/es-changefeed/es-changefeed/internal/tlsx"
 )
 
 // A cluster's connection flags come in families named by a prefix: "es"
@@ -157,30 +157,10 @@ func authDesc(cfg es.Config) string {
 // client was built with (for who it authenticated as, never its secrets).
 func explainES(err error, flag, prefix string, cfg es.Config) error {
 	var ee *es.Error
-	var te *es.TLSError
+	var te *tlsx.Error
 	switch {
 	case errors.As(err, &te):
-		switch te.Problem {
-		case es.TLSUntrusted:
-			var he x509.HostnameError
-			var ci x509.CertificateInvalidError
-			switch {
-			case errors.As(err, &ci) && ci.Reason == x509.Expired:
-				return fmt.Errorf("%v: renew the cluster's HTTP certificate (or, if it is not yet valid, fix the clocks)", err)
-			case errors.As(err, &he):
-				return fmt.Errorf("%v: put a name the certificate is valid for in --%s, or reissue the certificate with this one", err, flag)
-			}
-			return fmt.Errorf("%v: pass --%s-ca-cert FILE with the PEM of the CA that signed it (Elasticsearch 8+: config/certs/http_ca.crt), or --%s-insecure to skip verification",
-				err, prefix, prefix)
-		case es.TLSNotTLS:
-			return fmt.Errorf("%v: use http:// in --%s, or enable TLS on the cluster", err, flag)
-		case es.TLSRequired:
-			return fmt.Errorf("%v: use https:// in --%s (with --%s-ca-cert if its certificate is self-signed)", err, flag, prefix)
-		case es.TLSClientCertRejected:
-			return fmt.Errorf("%v: pass --%s-client-cert FILE and --%s-client-key FILE with a certificate signed by a CA the cluster trusts for clients",
-				err, prefix, prefix)
-		}
-		return fmt.Errorf("%v: check --%s", err, flag)
+		return explainTLS(err, te, clusterTLSPeer(flag, prefix))
 	case errors.Is(err, es.ErrUnauthorized):
 		who, check := authDesc(cfg), fmt.Sprintf("--%s-user/--%s-password (or --%s-api-key)", prefix, prefix, prefix)
 		if cfg.APIKey != "" {

@@ -48,8 +48,8 @@ func relayFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "index", Usage: "index, pattern (logs-*,-logs-debug*), alias or data stream to follow (repeatable, comma-separated)", Sources: cli.EnvVars("ESCF_INDEX")},
 		&cli.BoolFlag{Name: "hidden", Usage: "let wildcards match hidden indices too", Sources: cli.EnvVars("ESCF_HIDDEN")},
 		&cli.DurationFlag{Name: "poll-interval", Value: relay.DefaultPollInterval, Usage: "the poll tick: followed indices are looked at on shared ticks this far apart, with at most one forced refresh per index and tick", Sources: cli.EnvVars("ESCF_POLL_INTERVAL"), Validator: positiveDuration("poll-interval")},
-		&cli.IntFlag{Name: "read-concurrency", Value: relay.DefaultReadConcurrency, Usage: "shards read at once, over every followed index (1..256; each shard's pages stay in order)", Sources: cli.EnvVars("ESCF_READ_CONCURRENCY")},
-		&cli.IntFlag{Name: "batch-size", Value: relay.DefaultBatchSize, Usage: "search page size = most events per commit (1..10000)", Sources: cli.EnvVars("ESCF_BATCH_SIZE")},
+		&cli.IntFlag{Name: "read-concurrency", Value: relay.DefaultReadConcurrency, Usage: fmt.Sprintf("shards read at once, over every followed index (1..%d; each shard's pages stay in order)", relay.MaxReadConcurrency), Sources: cli.EnvVars("ESCF_READ_CONCURRENCY")},
+		&cli.IntFlag{Name: "batch-size", Value: relay.DefaultBatchSize, Usage: fmt.Sprintf("search page size = most events per commit (1..%d)", relay.MaxBatchSize), Sources: cli.EnvVars("ESCF_BATCH_SIZE")},
 		&cli.StringFlag{Name: "from", Value: relay.FromBeginning, Usage: "start of shards without a checkpoint: beginning or now", Sources: cli.EnvVars("ESCF_FROM")},
 		&cli.DurationFlag{Name: "lease-ttl", Value: redisx.DefaultLeaseTTL, Usage: "relay lease TTL; a standby takes over within 2×TTL of the owner's death", Sources: cli.EnvVars("ESCF_LEASE_TTL"), Validator: positiveDuration("lease-ttl")},
 		&cli.BoolFlag{Name: "deletes", Usage: "detect deleted documents and emit delete events", Sources: cli.EnvVars("ESCF_DELETES")},
@@ -65,7 +65,7 @@ func relayFlags() []cli.Flag {
 		&cli.IntFlag{Name: "wait-replicas", Usage: "after each commit, wait (Redis WAIT) until this many replicas have it; fewer within --wait-timeout: the relay reloads its state and goes on (0: do not wait)", Sources: cli.EnvVars("ESCF_WAIT_REPLICAS")},
 		&cli.DurationFlag{Name: "wait-timeout", Value: checkpoint.DefaultWaitTimeout, Usage: "with --wait-replicas: how long each commit waits for the replicas", Sources: cli.EnvVars("ESCF_WAIT_TIMEOUT"), Validator: positiveDuration("wait-timeout")},
 		metricsFlag(),
-		partitionsFlag("split the feed in this many partitions (1..1024), each with its own stream, checkpoints and lease under escf:{<feed>:<p>}:…; " +
+		partitionsFlag(fmt.Sprintf("split the feed in this many partitions (1..%d), each with its own stream, checkpoints and lease under escf:{<feed>:<p>}:…; ", redisx.MaxPartitions) +
 			"relays run with the same count share them; fixed for the life of the feed"),
 	}
 	flags = append(flags, redisFlags("redis", "ESCF_REDIS", "the feed's Redis", redisx.DefaultURL)...)
@@ -130,11 +130,11 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 	if err := checkFeed(f.Feed); err != nil {
 		return c, err
 	}
-	if f.ReadConcurrency < 1 || f.ReadConcurrency > 256 {
-		return c, usagef("--read-concurrency %d: want 1..256", f.ReadConcurrency)
+	if f.ReadConcurrency < 1 || f.ReadConcurrency > relay.MaxReadConcurrency {
+		return c, usagef("--read-concurrency %d: want 1..%d", f.ReadConcurrency, relay.MaxReadConcurrency)
 	}
-	if f.BatchSize < 1 || f.BatchSize > 10000 {
-		return c, usagef("--batch-size %d: want 1..10000", f.BatchSize)
+	if f.BatchSize < 1 || f.BatchSize > relay.MaxBatchSize {
+		return c, usagef("--batch-size %d: want 1..%d", f.BatchSize, relay.MaxBatchSize)
 	}
 	if f.From != relay.FromBeginning && f.From != relay.FromNow {
 		return c, usagef("--from %q: want beginning or now", f.From)

@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
+	"github.com/es-changefeed/es-changefeed/internal/tlsx"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/sink"
 )
@@ -151,6 +152,7 @@ func warnPersistence(ctx context.Context, rdb redis.UniversalClient, log *slog.L
 // flags of prefix ("redis" or "cache-redis").
 func explainRedis(err error, prefix string, cfg redisx.ClientConfig) error {
 	var pe *redisx.PermissionError
+	var te *tlsx.Error
 	switch {
 	case errors.As(err, &pe) && pe.Command == "":
 		return fmt.Errorf("%v: the Redis user %s may not use a key it needs: grant it the feed's keys (ACL SETUSER <user> ~escf:{<feed>}:*); %s lists the ACL rules es-changefeed needs",
@@ -166,12 +168,8 @@ func explainRedis(err error, prefix string, cfg redisx.ClientConfig) error {
 			err, redisUser(cfg), securityDoc)
 	case errors.Is(err, redisx.ErrAuth):
 		return fmt.Errorf("%v: check the user and password (in --%s, --%s-password or --%s-password-file)", err, prefix, prefix, prefix)
-	case errors.Is(err, redisx.ErrTLSUntrusted):
-		return fmt.Errorf("%v: pass --%s-ca-cert FILE with the PEM of the CA that signed the server's certificate (Redis: tls-cert-file), or --%s-insecure to skip verification",
-			err, prefix, prefix)
-	case errors.Is(err, redisx.ErrTLSRefused):
-		return fmt.Errorf("%v: the server may want a client certificate (tls-auth-clients yes): pass --%s-client-cert and --%s-client-key, signed by a CA in its tls-ca-cert-file",
-			err, prefix, prefix)
+	case errors.As(err, &te):
+		return explainTLS(err, te, redisTLSPeer(prefix))
 	}
 	return err
 }

@@ -26,6 +26,10 @@ const (
 	DefaultSettleTimeout = 30 * time.Second
 )
 
+// MaxPageSize bounds Config.PageSize: a page is one search page
+// (es.MaxPageSize).
+const MaxPageSize = es.MaxPageSize
+
 // Config configures a Copy.
 type Config struct {
 	// ES is the feed's source cluster. Required. Copy calls its Info (for
@@ -58,7 +62,7 @@ type Config struct {
 	// snapshot markers alone say what the source had.
 	Reconciler sink.Reconciler
 	// PageSize is the number of documents per listing page. Default 1000;
-	// at most 10000 (index.max_result_window).
+	// at most MaxPageSize.
 	PageSize int
 	// Workers is the most handler calls in flight. Default 64: batching
 	// sinks (bulk, http, file) form their batches from concurrent calls.
@@ -94,8 +98,8 @@ func (c Config) Validate() error {
 		return errors.New("bootstrap config: Redis is nil: pass the feed's Redis client")
 	case c.Handler == nil:
 		return errors.New("bootstrap config: Handler is nil: pass the sink's handler")
-	case c.PageSize < 0 || c.PageSize > 10000:
-		return fmt.Errorf("bootstrap config: PageSize = %d: want 1..10000 (index.max_result_window), 0 for %d", c.PageSize, DefaultPageSize)
+	case c.PageSize < 0 || c.PageSize > MaxPageSize:
+		return fmt.Errorf("bootstrap config: PageSize = %d: want 1..%d (index.max_result_window), 0 for %d", c.PageSize, MaxPageSize, DefaultPageSize)
 	case c.Workers < 0:
 		return fmt.Errorf("bootstrap config: Workers = %d: want > 0, 0 for %d", c.Workers, DefaultWorkers)
 	case c.MaxAttempts < 0:

@@ -13,8 +13,8 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/bootstrap"
 	"github.com/es-changefeed/es-changefeed/es"
+	"github.com/es-changefeed/es-changefeed/internal/esemu"
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/tests/esemu"
 )
 
 // seed writes n documents to index: every fifth with custom routing.

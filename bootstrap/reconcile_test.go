@@ -11,9 +11,9 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/bootstrap"
 	"github.com/es-changefeed/es-changefeed/es"
+	"github.com/es-changefeed/es-changefeed/internal/esemu"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/sink"
-	"github.com/es-changefeed/es-changefeed/tests/esemu"
 )
 
 // mirrorDocs reads a target index: _id/routing -> source ("" for none).

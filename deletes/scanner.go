@@ -82,8 +82,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("deletes config: MaxDeleteFraction = %g: want 0..1", c.MaxDeleteFraction)
 	case c.Listing != es.ListingAuto && c.Listing != es.ListingPIT && c.Listing != es.ListingScroll:
 		return fmt.Errorf("deletes config: Listing = %q: want pit or scroll", c.Listing)
-	case c.PageSize < 0 || c.PageSize > 10000:
-		return fmt.Errorf("deletes config: PageSize = %d: want 1..10000", c.PageSize)
+	case c.PageSize < 0 || c.PageSize > es.MaxPageSize:
+		return fmt.Errorf("deletes config: PageSize = %d: want 1..%d", c.PageSize, es.MaxPageSize)
 	}
 	return nil
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/opensearch-project/opensearch-go/v4"
 
+	"github.com/es-changefeed/es-changefeed/internal/tlsx"
 	"github.com/es-changefeed/es-changefeed/internal/urlx"
 )
 
@@ -35,6 +36,12 @@ const DefaultURL = "http://localhost:9200"
 // DefaultRequestTimeout bounds one HTTP request when Config.RequestTimeout
 // is zero.
 const DefaultRequestTimeout = 30 * time.Second
+
+// MaxPageSize is the most hits one search page may ask for: the default of
+// index.max_result_window (from + size beyond it is refused). The relay's
+// batch size, the delete scanner's and the bootstrap's pages are bounded by
+// it.
+const MaxPageSize = 10000
 
 // Config configures a Client.
 type Config struct {
@@ -469,17 +476,13 @@ func (c *Client) perform(mk func() (*http.Request, error)) (*http.Response, erro
 func (c *Client) explainTransport(err error) error {
 	var ne net.Error
 	var oe *net.OpError
-	var rh tls.RecordHeaderError
-	var ua x509.UnknownAuthorityError
-	var he x509.HostnameError
-	var ci x509.CertificateInvalidError
+	if te := tlsx.Classify(err, tlsx.Client{Peer: c.URLs(), Noun: "the cluster", HasClientCert: c.hasClientCert}); te != nil {
+		if te.Problem == tlsx.NotTLS {
+			te.Detail = "it answers in plain HTTP"
+		}
+		return te
+	}
 	switch {
-	case errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci):
-		return &TLSError{URLs: c.URLs(), Problem: TLSUntrusted, Detail: certProblem(err), Err: err}
-	case errors.As(err, &oe) && oe.Op == "remote error" && clientCertAlert(oe.Err):
-		return &TLSError{URLs: c.URLs(), Problem: TLSClientCertRejected, Detail: c.clientCertProblem(oe.Err), Err: err}
-	case errors.As(err, &rh):
-		return &TLSError{URLs: c.URLs(), Problem: TLSNotTLS, Err: err}
 	case errors.As(err, &oe) && oe.Op == "dial":
 		return fmt.Errorf("cannot connect to %s: %w", c.URLs(), err)
 	case errors.As(err, &ne) && ne.Timeout():
@@ -489,15 +492,14 @@ func (c *Client) explainTransport(err error) error {
 		// connection without a word; see whether an http:// node speaks TLS.
 		for _, u := range c.rawURLs {
 			if speaksTLS(u) {
-				return &TLSError{URLs: urlx.Redact(u), Problem: TLSRequired, Err: err}
+				return &tlsx.Error{Peer: urlx.Redact(u), Problem: tlsx.Required, Detail: "the cluster serves HTTPS only", Err: err}
 			}
 		}
 	}
 	return err
 }
 
-// speaksTLS reports whether an http:// URL's port completes a TLS handshake
-// (certificate not checked: it only tells TLS from plain text).
+// speaksTLS reports whether an http:// URL's port completes a TLS handshake.
 func speaksTLS(raw string) bool {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme != "http" {
@@ -507,127 +509,8 @@ func speaksTLS(raw string) bool {
 	if u.Port() == "" {
 		host = net.JoinHostPort(u.Hostname(), "80")
 	}
-	d := &net.Dialer{Timeout: 2 * time.Second}
-	conn, err := tls.DialWithDialer(d, "tcp", host, &tls.Config{InsecureSkipVerify: true, ServerName: u.Hostname()})
-	if err != nil {
-		return false
-	}
-	conn.Close()
-	return true
+	return tlsx.Speaks(context.Background(), host, u.Hostname())
 }
-
-// TLSProblem says what went wrong with TLS.
-type TLSProblem int
-
-const (
-	// TLSUntrusted: the server's certificate does not verify (unknown
-	// authority, another host name, expired).
-	TLSUntrusted TLSProblem = iota + 1
-	// TLSNotTLS: an https:// URL whose server answers in plain text.
-	TLSNotTLS
-	// TLSRequired: an http:// URL whose server speaks only TLS.
-	TLSRequired
-	// TLSClientCertRejected: the server asked for a client certificate and
-	// got none, or one it does not trust.
-	TLSClientCertRejected
-)
-
-// certProblem says in words why a server certificate failed verification:
-// when it expired, which names it is valid for, who signed it.
-func certProblem(err error) string {
-	var ua x509.UnknownAuthorityError
-	var he x509.HostnameError
-	var ci x509.CertificateInvalidError
-	switch {
-	case errors.As(err, &ci) && ci.Reason == x509.Expired && ci.Cert != nil:
-		now := time.Now().UTC()
-		if now.Before(ci.Cert.NotBefore) {
-			return fmt.Sprintf("the certificate is not valid yet: valid from %s (check the clocks)", ci.Cert.NotBefore.UTC().Format(time.RFC3339))
-		}
-		return fmt.Sprintf("the certificate expired on %s", ci.Cert.NotAfter.UTC().Format(time.RFC3339))
-	case errors.As(err, &he) && he.Certificate != nil:
-		return fmt.Sprintf("the certificate is for %s, not %s", certNames(he.Certificate), he.Host)
-	case errors.As(err, &ua):
-		if ua.Cert != nil {
-			return fmt.Sprintf("the certificate is signed by %q, an authority not among the trusted ones", ua.Cert.Issuer.String())
-		}
-		return "the certificate is signed by an unknown authority"
-	}
-	return ""
-}
-
-// certNames lists the names and addresses a certificate is valid for.
-func certNames(c *x509.Certificate) string {
-	var names []string
-	names = append(names, c.DNSNames...)
-	for _, ip := range c.IPAddresses {
-		names = append(names, ip.String())
-	}
-	if len(names) == 0 {
-		if c.Subject.CommonName != "" {
-			return fmt.Sprintf("no host name (only the legacy common name %q, which is not checked)", c.Subject.CommonName)
-		}
-		return "no host name at all"
-	}
-	return strings.Join(names, ", ")
-}
-
-// clientCertAlerts are the TLS alerts a server sends about the client's
-// certificate, as crypto/tls words them (its alert type is unexported, and
-// a remote alert arrives as a *net.OpError with Op "remote error").
-var clientCertAlerts = map[string]bool{
-	"tls: certificate required":          true, // 116: none sent
-	"tls: bad certificate":               true, // 42
-	"tls: unsupported certificate":       true, // 43
-	"tls: revoked certificate":           true, // 44
-	"tls: expired certificate":           true, // 45
-	"tls: unknown certificate":           true, // 46
-	"tls: unknown certificate authority": true, // 48
-}
-
-func clientCertAlert(err error) bool { return err != nil && clientCertAlerts[err.Error()] }
-
-func (c *Client) clientCertProblem(alert error) string {
-	switch {
-	case !c.hasClientCert:
-		return "the cluster requires a client certificate and none is configured"
-	case alert.Error() == "tls: certificate required":
-		// Go sends a certificate only if a CA the server named signed it.
-		return "the cluster requires a client certificate signed by a CA it trusts, and the configured one is not (so none was sent)"
-	}
-	return fmt.Sprintf("the cluster refused the client certificate (%v)", alert)
-}
-
-// TLSError is a connection that failed for TLS reasons. It is the Err of
-// an *Error.
-type TLSError struct {
-	// URLs are the addresses concerned, passwords masked.
-	URLs    string
-	Problem TLSProblem
-	// Detail says why in words, e.g. "the certificate expired on …"
-	// (may be empty).
-	Detail string
-	Err    error
-}
-
-func (e *TLSError) Error() string {
-	switch e.Problem {
-	case TLSUntrusted:
-		if e.Detail != "" {
-			return fmt.Sprintf("the TLS certificate of %s is not trusted: %s (%v)", e.URLs, e.Detail, e.Err)
-		}
-		return fmt.Sprintf("the TLS certificate of %s is not trusted: %v", e.URLs, e.Err)
-	case TLSClientCertRejected:
-		return fmt.Sprintf("TLS with %s failed: %s (%v)", e.URLs, e.Detail, e.Err)
-	case TLSNotTLS:
-		return fmt.Sprintf("%s does not speak TLS, it answers in plain HTTP (%v)", e.URLs, e.Err)
-	case TLSRequired:
-		return fmt.Sprintf("%s closed the connection without an answer, and it speaks TLS: the cluster serves HTTPS only (%v)", e.URLs, e.Err)
-	}
-	return fmt.Sprintf("TLS with %s: %v", e.URLs, e.Err)
-}
-
-func (e *TLSError) Unwrap() error { return e.Err }
 
 // decodeError reads ES's error body: {"error":{"root_cause":[…],"type","reason"},"status"},
 // {"error":"text","status"}, or plain text (OpenSearch's 401).

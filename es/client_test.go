@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/es-changefeed/es-changefeed/internal/tlsx"
 )
 
 // canned serves one fixed answer.
@@ -218,12 +220,12 @@ func TestClient_TLSErrors(t *testing.T) {
 	tests := []struct {
 		name    string
 		cfg     Config
-		problem TLSProblem // 0: success
+		problem tlsx.Problem // 0: success
 	}{
-		{"untrusted", Config{URLs: []string{tlsSrv.URL}}, TLSUntrusted},
+		{"untrusted", Config{URLs: []string{tlsSrv.URL}}, tlsx.Untrusted},
 		{"with the CA", Config{URLs: []string{tlsSrv.URL}, CACertPEM: caPEM}, 0},
 		{"insecure", Config{URLs: []string{tlsSrv.URL}, InsecureSkipVerify: true}, 0},
-		{"https to plain HTTP", Config{URLs: []string{"https://" + strings.TrimPrefix(plain.URL, "http://")}}, TLSNotTLS},
+		{"https to plain HTTP", Config{URLs: []string{"https://" + strings.TrimPrefix(plain.URL, "http://")}}, tlsx.NotTLS},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { infoTLSProblem(t, tt.cfg, tt.problem) })
@@ -244,7 +246,7 @@ func TestClient_TLSErrors(t *testing.T) {
 // TestClient_Resolve_MissingName: a concrete name that exists nowhere is
 // ErrNotFound on every engine: Elasticsearch 8+ answers 404, Elasticsearch
 // 7 and OpenSearch 200 with empty lists (the golden responses of
-// tests/esemu hold both). A pattern matching nothing is not an error.
+// internal/esemu hold both). A pattern matching nothing is not an error.
 func TestClient_Resolve_MissingName(t *testing.T) {
 	empty := `{"indices":[],"aliases":[],"data_streams":[]}`
 	notFound := `{"error":{"root_cause":[{"type":"index_not_found_exception","reason":"no such index [nope]"}],"type":"index_not_found_exception","reason":"no such index [nope]"},"status":404}`

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/internal/tlsx"
 	"github.com/es-changefeed/es-changefeed/tests/testcert"
 )
 
@@ -114,7 +115,7 @@ func TestClient_Info_Versions(t *testing.T) {
 }
 
 // TestClient_TLSCertificateProblems: an expired or wrong-host server
-// certificate and a refused client certificate each give a TLSError that
+// certificate and a refused client certificate each give a *tlsx.Error that
 // says why in words; a good client certificate and an API key get through.
 func TestClient_TLSCertificateProblems(t *testing.T) {
 	ca := testcert.NewCA(t, "test CA")
@@ -147,16 +148,16 @@ func TestClient_TLSCertificateProblems(t *testing.T) {
 	tests := []struct {
 		name    string
 		cfg     Config
-		problem TLSProblem // 0: success
+		problem tlsx.Problem // 0: success
 		says    []string
 	}{
-		{"expired", Config{URLs: []string{serve(expired, nil)}}, TLSUntrusted, []string{"the certificate expired on 2024-03-01T12:00:00Z"}},
-		{"wrong host", Config{URLs: []string{serve(wrongHost, nil)}}, TLSUntrusted, []string{"the certificate is for es.example.internal, 10.9.8.7, not 127.0.0.1"}},
-		{"unknown CA", Config{URLs: []string{serve(good, nil)}, CACertPEM: otherCA.PEM()}, TLSUntrusted, []string{`signed by "CN=test CA"`}},
-		{"no client certificate", Config{URLs: []string{mtls}}, TLSClientCertRejected, []string{"requires a client certificate and none is configured"}},
-		{"client certificate of another CA", Config{URLs: []string{mtls}, ClientCertPEM: strangerPEM, ClientKeyPEM: strangerKey}, TLSClientCertRejected,
+		{"expired", Config{URLs: []string{serve(expired, nil)}}, tlsx.Untrusted, []string{"the certificate expired on 2024-03-01T12:00:00Z"}},
+		{"wrong host", Config{URLs: []string{serve(wrongHost, nil)}}, tlsx.Untrusted, []string{"the certificate is for es.example.internal, 10.9.8.7, not 127.0.0.1"}},
+		{"unknown CA", Config{URLs: []string{serve(good, nil)}, CACertPEM: otherCA.PEM()}, tlsx.Untrusted, []string{`signed by "CN=test CA"`}},
+		{"no client certificate", Config{URLs: []string{mtls}}, tlsx.ClientCertRejected, []string{"requires a client certificate and none is configured"}},
+		{"client certificate of another CA", Config{URLs: []string{mtls}, ClientCertPEM: strangerPEM, ClientKeyPEM: strangerKey}, tlsx.ClientCertRejected,
 			[]string{"signed by a CA it trusts, and the configured one is not"}},
-		{"expired client certificate", Config{URLs: []string{mtls}, ClientCertPEM: oldPEM, ClientKeyPEM: oldKey}, TLSClientCertRejected,
+		{"expired client certificate", Config{URLs: []string{mtls}, ClientCertPEM: oldPEM, ClientKeyPEM: oldKey}, tlsx.ClientCertRejected,
 			[]string{"the cluster refused the client certificate (tls: expired certificate)"}},
 		{"client certificate", Config{URLs: []string{mtls}, ClientCertPEM: clientPEM, ClientKeyPEM: clientKey}, 0, nil},
 		{"API key", Config{URLs: []string{mtls}, ClientCertPEM: clientPEM, ClientKeyPEM: clientKey, APIKey: "id1:key1"}, 0, nil},
@@ -195,20 +196,20 @@ func TestClient_TLSCertificateProblems(t *testing.T) {
 }
 
 // infoTLSProblem calls Info with cfg and wants success (problem 0) or a
-// TLSError with that problem, which it returns.
-func infoTLSProblem(tb testing.TB, cfg Config, problem TLSProblem) error {
+// *tlsx.Error with that problem, which it returns.
+func infoTLSProblem(tb testing.TB, cfg Config, problem tlsx.Problem) error {
 	tb.Helper()
 	c, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	_, err = c.Info(context.Background())
-	var te *TLSError
+	var te *tlsx.Error
 	switch {
 	case problem == 0 && err != nil:
 		tb.Fatalf("Info = %v", err)
 	case problem != 0 && (!errors.As(err, &te) || te.Problem != problem):
-		tb.Fatalf("Info = %v, want a TLSError with problem %d", err, problem)
+		tb.Fatalf("Info = %v, want a *tlsx.Error with problem %v", err, problem)
 	}
 	return err
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/es-changefeed/es-changefeed/internal/tlsx"
 	"github.com/es-changefeed/es-changefeed/internal/urlx"
 )
 
@@ -52,8 +52,9 @@ var (
 // made from cfg) and turns a failure into one error naming the URL,
 // password masked: unreachable, not a Redis server (ErrNotRedis, with what
 // it answered), a database number it does not have (ErrNoDatabase),
-// refused credentials (ErrAuth), a TLS certificate it does not trust or a
-// TLS handshake the server refused (ErrTLSUntrusted, ErrTLSRefused), no
+// refused credentials (ErrAuth), a TLS failure (a *tlsx.Error: a
+// certificate it does not trust, a client certificate the server refused,
+// plain text to a rediss:// URL, TLS only behind a redis:// URL), no
 // permission for PING (ErrNoPermission). It blocks until the answer or ctx
 // ends.
 func Check(ctx context.Context, rdb redis.UniversalClient, cfg ClientConfig) error {
@@ -73,10 +74,12 @@ func Check(ctx context.Context, rdb redis.UniversalClient, cfg ClientConfig) err
 	}
 	var rerr redis.Error
 	var oe *net.OpError
-	var rh tls.RecordHeaderError
-	var ua x509.UnknownAuthorityError
-	var he x509.HostnameError
-	var ci x509.CertificateInvalidError
+	if te := tlsx.Classify(err, tlsx.Client{Peer: "Redis at " + where, Noun: "the server", HasClientCert: len(cfg.ClientCertPEM) > 0}); te != nil {
+		if te.Problem == tlsx.NotTLS {
+			te.Detail = "it answers in plain text"
+		}
+		return te
+	}
 	switch {
 	case p.cluster != nil && redis.HasErrorPrefix(err, "This instance has cluster support disabled"):
 		return fmt.Errorf("Redis at %s is %w: a node answered %q: for a single server use redis:// (rediss:// for TLS)", where, ErrNotCluster, err)
@@ -87,16 +90,8 @@ func Check(ctx context.Context, rdb redis.UniversalClient, cfg ClientConfig) err
 		return fmt.Errorf("Redis at %s: %w: %v", where, ErrAuth, err)
 	case IsNoPerm(err):
 		return fmt.Errorf("Redis at %s: %w: %v", where, &PermissionError{Command: "ping", Err: err}, err)
-	case errors.As(err, &ua), errors.As(err, &ci):
-		return fmt.Errorf("Redis at %s: %w (%v)", where, ErrTLSUntrusted, err)
-	case errors.As(err, &he):
-		return fmt.Errorf("Redis at %s: %w: %v (connect by a name the certificate holds)", where, ErrTLSUntrusted, err)
-	case errors.As(err, &oe) && oe.Op == "remote error":
-		return fmt.Errorf("Redis at %s: %w (%v)", where, ErrTLSRefused, err)
 	case errors.As(err, &rerr):
 		return fmt.Errorf("Redis at %s: %w", where, err)
-	case errors.As(err, &rh):
-		return fmt.Errorf("%s does not speak TLS (%v): use redis:// instead of rediss://", where, err)
 	case errors.As(err, &oe) && oe.Op == "dial":
 		return fmt.Errorf("cannot reach Redis at %s: %w", where, err)
 	}
@@ -108,10 +103,17 @@ func Check(ctx context.Context, rdb redis.UniversalClient, cfg ClientConfig) err
 		opt = &redis.Options{Addr: p.cluster.Addrs[0], TLSConfig: p.cluster.TLSConfig}
 	}
 	if answer, redisLike := probe(ctx, opt); !redisLike {
+		if opt.TLSConfig == nil && answer == closedSilently && tlsx.Speaks(ctx, opt.Addr, "") {
+			return &tlsx.Error{Peer: "Redis at " + where, Problem: tlsx.Required, Detail: "the server takes TLS only", Err: err}
+		}
 		return fmt.Errorf("%s is %w: it %s (PING: %v)", where, ErrNotRedis, answer, err)
 	}
 	return fmt.Errorf("cannot reach Redis at %s: %w", where, err)
 }
+
+// closedSilently is probe's answer for a connection closed without a word
+// (a TLS-only server does so to plain text).
+const closedSilently = "closed the connection without answering PING (for a Redis with TLS, use rediss://)"
 
 // probe sends an inline PING over a fresh connection and reads the first
 // line of the answer. A Redis server answers +PONG or an -ERROR; anything
@@ -146,7 +148,7 @@ func probe(ctx context.Context, opt *redis.Options) (answer string, redisLike bo
 	case line != "":
 		return fmt.Sprintf("answered %q", strings.TrimSpace(line)), false
 	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET):
-		return "closed the connection without answering PING (for a Redis with TLS, use rediss://)", false
+		return closedSilently, false
 	}
 	return "", true // silence: a busy or paused Redis looks the same
 }

@@ -304,15 +304,9 @@ func NewClientWithConfig(cfg ClientConfig) (redis.UniversalClient, error) {
 	return redis.NewClient(p.opt), nil
 }
 
-// Sentinels for errors.Is on Check errors about TLS and permissions.
+// Sentinels for errors.Is on Check errors about permissions (TLS failures
+// are a *tlsx.Error).
 var (
-	// ErrTLSUntrusted: the server's certificate does not chain to a trusted
-	// CA (or was not valid for its name or time).
-	ErrTLSUntrusted = errors.New("the server's TLS certificate is not trusted")
-	// ErrTLSRefused: the server ended the TLS handshake: most often it
-	// wants a client certificate (tls-auth-clients) and got none, or one it
-	// does not trust.
-	ErrTLSRefused = errors.New("the server refused the TLS handshake")
 	// ErrNoPermission: the Redis user lacks a command or key permission
 	// (NOPERM).
 	ErrNoPermission = errors.New("the Redis user lacks a permission")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/es-changefeed/es-changefeed/internal/tlsx"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
@@ -44,24 +45,33 @@ func TestClientConfig_TLS(t *testing.T) {
 	tests := []struct {
 		name string
 		cfg  redisx.ClientConfig
-		want error // nil: PING works
+		want tlsx.Problem // 0: PING works
+		text string       // in the message
 	}{
-		{"CA and client certificate", redisx.ClientConfig{URL: srv.URL(), CACertPEM: ca, ClientCertPEM: cert, ClientKeyPEM: key}, nil},
-		{"insecure with client certificate", redisx.ClientConfig{URL: srv.URL(), InsecureSkipVerify: true, ClientCertPEM: cert, ClientKeyPEM: key}, nil},
-		{"system roots do not know the CA", redisx.ClientConfig{URL: srv.URL(), ClientCertPEM: cert, ClientKeyPEM: key}, redisx.ErrTLSUntrusted},
-		{"wrong CA", redisx.ClientConfig{URL: srv.URL(), CACertPEM: other.CertPEM, ClientCertPEM: cert, ClientKeyPEM: key}, redisx.ErrTLSUntrusted},
-		{"no client certificate", redisx.ClientConfig{URL: srv.URL(), CACertPEM: ca}, redisx.ErrTLSRefused},
-		{"client certificate of another CA", redisx.ClientConfig{URL: srv.URL(), CACertPEM: ca, ClientCertPEM: otherCert, ClientKeyPEM: otherKey}, redisx.ErrTLSRefused},
-		{"plain redis:// to a TLS port", redisx.ClientConfig{URL: strings.Replace(srv.URL(), "rediss://", "redis://", 1)}, redisx.ErrNotRedis},
+		{name: "CA and client certificate", cfg: redisx.ClientConfig{URL: srv.URL(), CACertPEM: ca, ClientCertPEM: cert, ClientKeyPEM: key}},
+		{name: "insecure with client certificate", cfg: redisx.ClientConfig{URL: srv.URL(), InsecureSkipVerify: true, ClientCertPEM: cert, ClientKeyPEM: key}},
+		{name: "system roots do not know the CA", cfg: redisx.ClientConfig{URL: srv.URL(), ClientCertPEM: cert, ClientKeyPEM: key},
+			want: tlsx.Untrusted, text: "is not trusted: the certificate is signed by"},
+		{name: "wrong CA", cfg: redisx.ClientConfig{URL: srv.URL(), CACertPEM: other.CertPEM, ClientCertPEM: cert, ClientKeyPEM: key},
+			want: tlsx.Untrusted, text: "is not trusted"},
+		{name: "no client certificate", cfg: redisx.ClientConfig{URL: srv.URL(), CACertPEM: ca},
+			want: tlsx.ClientCertRejected, text: "refused the TLS handshake: the server requires a client certificate and none is configured"},
+		{name: "client certificate of another CA", cfg: redisx.ClientConfig{URL: srv.URL(), CACertPEM: ca, ClientCertPEM: otherCert, ClientKeyPEM: otherKey},
+			want: tlsx.ClientCertRejected, text: "refused the TLS handshake"},
+		{name: "plain redis:// to a TLS port", cfg: redisx.ClientConfig{URL: strings.Replace(srv.URL(), "rediss://", "redis://", 1)},
+			want: tlsx.Required, text: "closed the connection without an answer, and it speaks TLS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := check(t, tt.cfg)
+			var te *tlsx.Error
 			switch {
-			case tt.want == nil && err != nil:
+			case tt.want == 0 && err != nil:
 				t.Fatalf("Check: %v", err)
-			case tt.want != nil && !errors.Is(err, tt.want):
-				t.Fatalf("Check err = %v, want %v", err, tt.want)
+			case tt.want != 0 && (!errors.As(err, &te) || te.Problem != tt.want):
+				t.Fatalf("Check err = %v, want a *tlsx.Error of problem %v", err, tt.want)
+			case tt.want != 0 && !strings.Contains(err.Error(), tt.text):
+				t.Fatalf("Check err = %v, want it to say %q", err, tt.text)
 			}
 			if err != nil {
 				t.Logf("%v", err)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
-	"github.com/es-changefeed/es-changefeed/tests/esemu"
+	"github.com/es-changefeed/es-changefeed/internal/esemu"
 )
 
 // TestRelay_Round_RecordsLayout: adopting an index records where it puts

@@ -45,6 +45,15 @@ const (
 	commitTimeout = 10 * time.Second
 )
 
+// Bounds of Config fields (Validate refuses values outside them; the CLI's
+// flags say and check the same).
+const (
+	// MaxBatchSize bounds BatchSize: a batch is one search page.
+	MaxBatchSize = es.MaxPageSize
+	// MaxReadConcurrency bounds ReadConcurrency.
+	MaxReadConcurrency = 256
+)
+
 // Config configures a Relay.
 type Config struct {
 	// ES is the cluster client. Required.
@@ -158,10 +167,10 @@ func (c Config) Validate() error {
 		return errors.New("relay config: no Targets: name at least one index, pattern, alias or data stream")
 	case c.PollInterval < 0:
 		return fmt.Errorf("relay config: PollInterval = %s: want > 0", c.PollInterval)
-	case c.ReadConcurrency < 0 || c.ReadConcurrency > 256:
-		return fmt.Errorf("relay config: ReadConcurrency = %d: want 1..256", c.ReadConcurrency)
-	case c.BatchSize < 0 || c.BatchSize > 10000:
-		return fmt.Errorf("relay config: BatchSize = %d: want 1..10000 (index.max_result_window)", c.BatchSize)
+	case c.ReadConcurrency < 0 || c.ReadConcurrency > MaxReadConcurrency:
+		return fmt.Errorf("relay config: ReadConcurrency = %d: want 1..%d", c.ReadConcurrency, MaxReadConcurrency)
+	case c.BatchSize < 0 || c.BatchSize > MaxBatchSize:
+		return fmt.Errorf("relay config: BatchSize = %d: want 1..%d (index.max_result_window)", c.BatchSize, MaxBatchSize)
 	case c.From != "" && c.From != FromBeginning && c.From != FromNow:
 		return fmt.Errorf("relay config: From = %q: want %q or %q", c.From, FromBeginning, FromNow)
 	case c.MinBackoff < 0 || c.MaxBackoff < 0 || (c.MaxBackoff > 0 && c.MaxBackoff < c.MinBackoff):

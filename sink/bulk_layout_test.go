@@ -12,9 +12,9 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/es"
+	"github.com/es-changefeed/es-changefeed/internal/esemu"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/sink"
-	"github.com/es-changefeed/es-changefeed/tests/esemu"
 )
 
 // layoutOf is a layout with the fields the placement depends on.

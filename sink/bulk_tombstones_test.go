@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/internal/esemu"
 	"github.com/es-changefeed/es-changefeed/sink"
-	"github.com/es-changefeed/es-changefeed/tests/esemu"
 )
 
 // TestBulk_Tombstones_NoResurrectionAfterGCDeletes: the target forgets a

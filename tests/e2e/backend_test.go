@@ -35,8 +35,8 @@ import (
 	"time"
 
 	"github.com/es-changefeed/es-changefeed/es"
+	"github.com/es-changefeed/es-changefeed/internal/esemu"
 	"github.com/es-changefeed/es-changefeed/tests/engines"
-	"github.com/es-changefeed/es-changefeed/tests/esemu"
 )
 
 // backend is the cluster a helper talks to: an *esemu.Cluster (emulator-only

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/internal/esemu"
 	"github.com/es-changefeed/es-changefeed/tests/engines"
-	"github.com/es-changefeed/es-changefeed/tests/esemu"
 )
 
 // TestMain stops the engine the package started for ESCF_TEST_ENGINE.
@@ -75,20 +75,13 @@ type engineBackend struct {
 
 func (e *engineBackend) URL() string { return e.realCluster.URL() }
 
-// flavorEngines maps the emulator's flavors to the engines of the same
-// product line.
-var flavorEngines = map[esemu.Flavor]string{
-	esemu.FlavorES7: "elasticsearch-7", esemu.FlavorES8: "elasticsearch-8", esemu.FlavorES9: "elasticsearch-9",
-	esemu.FlavorOpenSearch2: "opensearch-2", esemu.FlavorOpenSearch3: "opensearch-3",
-}
-
 // flavorCluster is the cluster of a test about one engine line (cfg.Flavor):
 // the shared real node when ESCF_TEST_ENGINE is that line's engine, an
 // emulator of the flavor when the suite runs on the emulator; on another
 // real cluster the test skips.
 func flavorCluster(tb testing.TB, cfg esemu.Config) testCluster {
 	tb.Helper()
-	want := flavorEngines[cfg.Flavor]
+	want := string(cfg.Flavor) // a flavor is named as its engine line
 	switch name := testEngineName(); {
 	case name == want:
 		return esCluster(tb, cfg)

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/es-changefeed/es-changefeed/tests/esemu"
+	"github.com/es-changefeed/es-changefeed/internal/esemu"
 )
 
 // requestCounter counts the REST requests a cluster served by kind

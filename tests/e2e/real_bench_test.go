@@ -44,7 +44,7 @@ func BenchmarkRelay_RealEngine(b *testing.B) {
 }
 
 // BenchmarkRelay_Emulator is BenchmarkRelay_RealEngine on the emulator,
-// run as a process of its own (go run ./tests/esemu/cmd/esemu) so that
+// run as a process of its own (go run ./internal/esemu/cmd/esemu) so that
 // this process's CPU time is the relay's or the loop's alone, at page
 // sizes 100, 1,000 and 5,000.
 func BenchmarkRelay_Emulator(b *testing.B) {
@@ -67,7 +67,7 @@ func esemuProcess(tb testing.TB) string {
 			return
 		}
 		esemuBin = filepath.Join(dir, "esemu")
-		cmd := exec.Command("go", "build", "-o", esemuBin, "./tests/esemu/cmd/esemu")
+		cmd := exec.Command("go", "build", "-o", esemuBin, "./internal/esemu/cmd/esemu")
 		cmd.Dir = filepath.Join("..", "..")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			esemuErr = fmt.Errorf("go build esemu: %v\n%s", err, out)

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/internal/esemu"
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/tests/esemu"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
 	"github.com/es-changefeed/es-changefeed/tests/testcert"
 )
@@ -145,7 +145,7 @@ func TestCLI_SecuredCluster(t *testing.T) {
 			p := startBinaryWithEnv(t, tt.env, tt.args...)
 			waitMirrored(t, p, srv, tt.args[8], want)
 			out := p.out.String()
-			if !strings.Contains(out, `msg="connected to Elasticsearch 9.5.5" cluster=vault`) {
+			if !strings.Contains(out, `msg="connected to Elasticsearch `+esemu.FlavorES9.Version()+`" cluster=vault`) {
 				t.Errorf("no line saying what the relay connected to:\n%s", out)
 			}
 			noSecrets(t, out)
@@ -212,7 +212,7 @@ func TestCLI_SecuredCluster(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		if out := p.out.String(); !strings.Contains(out, "bulk sink: connected to Elasticsearch 9.5.5") {
+		if out := p.out.String(); !strings.Contains(out, "bulk sink: connected to Elasticsearch "+esemu.FlavorES9.Version()) {
 			t.Errorf("no line saying what the sink connected to:\n%s", out)
 		}
 		noSecrets(t, p.out.String())

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/internal/esemu"
 	"github.com/es-changefeed/es-changefeed/tests/engines"
-	"github.com/es-changefeed/es-changefeed/tests/esemu"
 )
 
 // The second cluster of a test that mirrors with `consume --sink bulk`:

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/es-changefeed/es-changefeed/tests/esemu"
+	"github.com/es-changefeed/es-changefeed/internal/esemu"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
 

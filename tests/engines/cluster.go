@@ -38,7 +38,7 @@ var DefaultJavaOpts = []string{"-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"}
 
 // Config describes a cluster to start.
 type Config struct {
-	// Engine is the engine's name in versions.txt (default DefaultEngine).
+	// Engine is the engine's name in the engine table (default DefaultEngine).
 	Engine string
 	// Nodes is the number of nodes, one JVM each (default DefaultNodes).
 	// Every node holds data and may be elected master.

@@ -1,108 +1,42 @@
 package engines
 
 import (
-	_ "embed"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/es-changefeed/es-changefeed/internal/engine"
 )
 
-// Engine is one line of versions.txt: a product at a pinned version.
-type Engine struct {
-	// Name is what tests and the command call it: opensearch-2,
-	// opensearch-3, elasticsearch-7, elasticsearch-8, elasticsearch-9.
-	Name string
-	// Product is "opensearch" or "elasticsearch" (also the Java package:
-	// org.<product>).
-	Product string
-	// Version is the Maven version of the server, HTTP transport and test
-	// framework jars.
-	Version string
-	// Java is the lowest Java major the engine runs on.
-	Java int
-	// Log4j is log4j-core's version where the server's pom marks it
-	// optional, else "".
-	Log4j string
-}
+// Engine is one line of the engine table (internal/engine's versions.txt):
+// a product at a pinned version, which this package runs from Maven
+// Central's jars.
+type Engine struct{ engine.Line }
 
 // DefaultEngine is the engine make test runs the real-cluster suite on: it
 // runs on Debian 12's Java 17.
 const DefaultEngine = "opensearch-2"
 
-//go:embed versions.txt
-var versionsTxt string
-
-var all = mustParseVersions(versionsTxt)
-
-// All returns every pinned engine in the order of versions.txt.
-func All() []Engine { return append([]Engine(nil), all...) }
-
-// Names returns the engines' names in the order of versions.txt.
-func Names() []string {
-	out := make([]string, len(all))
-	for i, e := range all {
-		out[i] = e.Name
+// All returns every pinned engine in the order of the table.
+func All() []Engine {
+	ls := engine.Lines()
+	out := make([]Engine, len(ls))
+	for i, l := range ls {
+		out[i] = Engine{l}
 	}
 	return out
 }
 
-// Lookup returns the engine called name.
+// Names returns the engines' names in the order of the table.
+func Names() []string { return engine.Names() }
+
+// Lookup returns the engine called name (or its alias).
 func Lookup(name string) (Engine, error) {
-	for _, e := range all {
-		if e.Name == name {
-			return e, nil
-		}
-	}
-	return Engine{}, fmt.Errorf("unknown engine %q: want one of %s", name, strings.Join(Names(), ", "))
-}
-
-// String is e.g. "opensearch-2 (OpenSearch 2.19.6)".
-func (e Engine) String() string { return fmt.Sprintf("%s (%s %s)", e.Name, e.Display(), e.Version) }
-
-// Display is "OpenSearch" or "Elasticsearch".
-func (e Engine) Display() string {
-	if e.Product == "opensearch" {
-		return "OpenSearch"
-	}
-	return "Elasticsearch"
-}
-
-func mustParseVersions(s string) []Engine {
-	es, err := parseVersions(s)
-	if err != nil {
-		panic("tests/engines/versions.txt: " + err.Error())
-	}
-	return es
-}
-
-func parseVersions(s string) ([]Engine, error) {
-	var out []Engine
-	for n, line := range strings.Split(s, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) != 5 {
-			return nil, fmt.Errorf("line %d: want 5 fields (name product version java log4j), got %q", n+1, line)
-		}
-		java, err := strconv.Atoi(f[3])
-		if err != nil {
-			return nil, fmt.Errorf("line %d: java %q is not a number", n+1, f[3])
-		}
-		if f[1] != "opensearch" && f[1] != "elasticsearch" {
-			return nil, fmt.Errorf("line %d: product %q is neither opensearch nor elasticsearch", n+1, f[1])
-		}
-		e := Engine{Name: f[0], Product: f[1], Version: f[2], Java: java, Log4j: f[4]}
-		if e.Log4j == "-" {
-			e.Log4j = ""
-		}
-		out = append(out, e)
-	}
-	return out, nil
+	l, err := engine.Lookup(name)
+	return Engine{l}, err
 }
 
 // jdk is an installed Java.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -54,40 +55,31 @@ func mustDo(tb testing.TB, method, url, body string) []byte {
 	return b
 }
 
-func TestParseVersions(t *testing.T) {
-	tests := []struct {
-		name, in string
-		want     []Engine
-		wantErr  string
-	}{
-		{name: "comment and blank", in: "# c\n\nopensearch-2 opensearch 2.19.6 17 2.25.4\n",
-			want: []Engine{{Name: "opensearch-2", Product: "opensearch", Version: "2.19.6", Java: 17, Log4j: "2.25.4"}}},
-		{name: "no log4j", in: "elasticsearch-9 elasticsearch 9.5.3 21 -",
-			want: []Engine{{Name: "elasticsearch-9", Product: "elasticsearch", Version: "9.5.3", Java: 21}}},
-		{name: "short line", in: "opensearch-2 opensearch 2.19.6", wantErr: "want 5 fields"},
-		{name: "bad java", in: "x opensearch 1 seventeen -", wantErr: `java "seventeen"`},
-		{name: "bad product", in: "x solr 9 17 -", wantErr: `product "solr"`},
+// TestVersions: every line of the engine table has its Maven profile in
+// launcher/pom.xml (its dependencies), and every profile is a line;
+// README.md lists the lines in the table's order.
+func TestVersions(t *testing.T) {
+	pom, err := launcherFS.ReadFile("launcher/pom.xml")
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseVersions(tt.in)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
-				t.Fatalf("got %+v, want %+v", got, tt.want)
-			}
-		})
+	var profiles []string
+	for _, m := range regexp.MustCompile(`(?s)<profile>\s*<id>([^<]+)</id>`).FindAllStringSubmatch(string(pom), -1) {
+		profiles = append(profiles, m[1])
 	}
-	// The pinned file itself: the five engines the issue names, in order.
-	if got, want := strings.Join(Names(), ","), "opensearch-2,opensearch-3,elasticsearch-7,elasticsearch-8,elasticsearch-9"; got != want {
-		t.Fatalf("versions.txt names %s, want %s", got, want)
+	if got, want := strings.Join(profiles, ","), strings.Join(Names(), ","); got != want {
+		t.Errorf("launcher/pom.xml has the profiles %s, the engine table the lines %s: add or remove a profile", got, want)
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z]+-[0-9]+)` \\|").FindAllStringSubmatch(string(readme), -1) {
+		rows = append(rows, m[1])
+	}
+	if got, want := strings.Join(rows, ","), strings.Join(Names(), ","); got != want {
+		t.Errorf("README.md's table lists %s, the engine table %s", got, want)
 	}
 }
 

@@ -356,7 +356,7 @@ func compat(dir string, engines []string, w io.Writer) error {
 
 	fmt.Fprintln(w, "## Emulator-only tests")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Skipped on every engine: they need what only tests/esemu can do (held writes, injected HTTP faults and")
+	fmt.Fprintln(w, "Skipped on every engine: they need what only internal/esemu can do (held writes, injected HTTP faults and")
 	fmt.Fprintln(w, "failing shard copies, op histories, request counts, TLS and users). They run on the emulator in `make test`.")
 	fmt.Fprintln(w)
 	reasons := map[string][]string{}
@@ -433,7 +433,7 @@ This file is written by ` + "`make test-engines`" + ` (tests/figures, compat mod
 suite did: ` + "`tests/engines`" + ` starts real nodes from Maven Central's jars (one JVM per node, on
 127.0.0.1), and ` + "`ESCF_TEST_ENGINE=<engine> go test ./tests/engines/ ./tests/e2e/`" + ` runs every test that
 can run on a real cluster against them. Do not edit it by hand; change the tests, or the text in
-tests/figures/compat.go. The engines and their versions are pinned in tests/engines/versions.txt.
+tests/figures/compat.go. The engines and their versions are pinned in internal/engine/versions.txt.
 
 `
 
