@@ -267,27 +267,34 @@ func pendingOf(tb testing.TB, rdb *redis.Client, stream, group, consumer string)
 	return len(p)
 }
 
-// killHolding stops the worker (SIGSTOP) at moments until it holds pending
-// entries, then SIGKILLs it, and returns how many it left pending: what
-// the others must reclaim with XAUTOCLAIM.
+// killHolding stops the worker (SIGSTOP) until it holds pending entries,
+// then SIGKILLs it, and returns how many it left pending: what the others
+// must reclaim with XAUTOCLAIM. A worker stopped while its XREADGROUP
+// blocks is still served new entries by Redis, which makes them pending in
+// its name: so each stop lasts until that happens (or a second, then the
+// worker goes on and is stopped again), instead of sampling an instant in
+// which a quick worker rarely holds anything (the earlier version failed
+// under load, 100 samples in a row finding nothing).
 func killHolding(tb testing.TB, w *workerProc, rdb *redis.Client, stream, group, consumer string) int {
 	tb.Helper()
 	pid := w.cmd.Process.Pid
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 		if _, err := rdb.XInfoConsumers(context.Background(), stream, group).Result(); err != nil {
 			continue // no group yet: the workers are starting
 		}
 		_ = syscall.Kill(pid, syscall.SIGSTOP)
-		if pendingOf(tb, rdb, stream, group, consumer) > 0 {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			w.exit(10 * time.Second)
-			return pendingOf(tb, rdb, stream, group, consumer)
+		for held := time.Now().Add(time.Second); time.Now().Before(held); time.Sleep(20 * time.Millisecond) {
+			if pendingOf(tb, rdb, stream, group, consumer) > 0 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				w.exit(10 * time.Second)
+				return pendingOf(tb, rdb, stream, group, consumer)
+			}
 		}
 		_ = syscall.Kill(pid, syscall.SIGCONT)
 	}
-	tb.Fatalf("worker %s never held a pending entry in 20s:\n%s", w.name, w.out)
+	tb.Fatalf("worker %s never held a pending entry in 30s:\n%s", w.name, w.out)
 	return 0
 }
 
