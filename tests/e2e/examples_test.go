@@ -267,30 +267,36 @@ func pendingOf(tb testing.TB, rdb *redis.Client, stream, group, consumer string)
 	return len(p)
 }
 
-// killHolding stops the worker (SIGSTOP) until it holds pending entries,
-// then SIGKILLs it, and returns how many it left pending: what the others
-// must reclaim with XAUTOCLAIM. A worker stopped while its XREADGROUP
-// blocks is still served new entries by Redis, which makes them pending in
-// its name: so each stop lasts until that happens (or a second, then the
-// worker goes on and is stopped again), instead of sampling an instant in
-// which a quick worker rarely holds anything (the earlier version failed
-// under load, 100 samples in a row finding nothing).
-func killHolding(tb testing.TB, w *workerProc, rdb *redis.Client, stream, group, consumer string) int {
+// killHolding SIGKILLs the worker while it holds pending entries and
+// returns how many it left pending: what the others must reclaim with
+// XAUTOCLAIM. The other workers of the group are stopped (SIGSTOP) the
+// while, so that the victim reads every new entry: it then holds entries
+// whenever it handles a batch, and stopping it every 20 ms finds it so
+// within a few tries. (Sampling every 200 ms beside two busy workers that
+// win most reads found it holding nothing 100 times in a row on a loaded
+// machine, in CI.) The others go on once it is dead.
+func killHolding(tb testing.TB, w *workerProc, others []*workerProc, rdb *redis.Client, stream, group, consumer string) int {
 	tb.Helper()
+	for _, o := range others {
+		_ = syscall.Kill(o.cmd.Process.Pid, syscall.SIGSTOP)
+	}
+	defer func() {
+		for _, o := range others {
+			_ = syscall.Kill(o.cmd.Process.Pid, syscall.SIGCONT)
+		}
+	}()
 	pid := w.cmd.Process.Pid
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 		if _, err := rdb.XInfoConsumers(context.Background(), stream, group).Result(); err != nil {
 			continue // no group yet: the workers are starting
 		}
 		_ = syscall.Kill(pid, syscall.SIGSTOP)
-		for held := time.Now().Add(time.Second); time.Now().Before(held); time.Sleep(20 * time.Millisecond) {
-			if pendingOf(tb, rdb, stream, group, consumer) > 0 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-				w.exit(10 * time.Second)
-				return pendingOf(tb, rdb, stream, group, consumer)
-			}
+		if pendingOf(tb, rdb, stream, group, consumer) > 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			w.exit(10 * time.Second)
+			return pendingOf(tb, rdb, stream, group, consumer)
 		}
 		_ = syscall.Kill(pid, syscall.SIGCONT)
 	}
@@ -346,7 +352,7 @@ func testExampleMirror(t *testing.T, ew exampleWorker) {
 	waitCaughtUp(t, c, store, []string{old}, 30*time.Second)
 	mustDo(t, "DELETE", c.URL()+"/"+old, "")
 
-	reclaimable := killHolding(t, victim, rdb, stream, group, "victim")
+	reclaimable := killHolding(t, victim, []*workerProc{pool}, rdb, stream, group, "victim")
 	bad, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []string{"op", "upsert", "index", ix,
 		"index_uuid", "x", "shard", "0", "id", "bad", "seq_no", "not-a-number", "source", "{}"}}).Result()
 	if err != nil {
