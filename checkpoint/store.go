@@ -935,26 +935,12 @@ func tokenArgs(b Batch, token string) []any {
 func tokenFields(b Batch) []string {
 	set := map[string]bool{}
 	add := func(id ShardID) { set[id.String()] = true }
-	for id := range b.Checkpoints {
-		add(id)
-	}
-	for id := range b.Gaps {
-		add(id)
-	}
-	for id := range b.Origins {
-		add(id)
-	}
-	for id := range b.Histories {
-		add(id)
-	}
-	for id := range b.Delivered {
-		add(id)
-	}
-	for id := range b.Removed {
-		add(id)
-	}
-	for id := range b.LegacyRemoved {
-		add(id)
+	for _, ids := range [][]ShardID{slices.Collect(maps.Keys(b.Checkpoints)), slices.Collect(maps.Keys(b.Gaps)),
+		slices.Collect(maps.Keys(b.Origins)), slices.Collect(maps.Keys(b.Histories)), slices.Collect(maps.Keys(b.Delivered)),
+		slices.Collect(maps.Keys(b.Removed)), slices.Collect(maps.Keys(b.LegacyRemoved))} {
+		for _, id := range ids {
+			add(id)
+		}
 	}
 	for _, e := range b.Events {
 		if e.Op == redisx.OpUpsert || e.Op == redisx.OpDelete {

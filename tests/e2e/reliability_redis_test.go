@@ -465,33 +465,36 @@ func TestReliability_RedisRestartedAOF(t *testing.T) {
 	}
 }
 
-// waitUnwritten waits until the feed's Redis holds acknowledged writes it
-// has not written to its append-only file yet (INFO aof_buffer_length),
-// and returns the feed's mark then: a kill now loses them.
+// waitUnwritten waits until the feed's Redis holds acknowledged writes
+// back from its append-only file (redistest.AOFHeldBack), and returns the
+// feed's mark then: a kill now loses them.
 func (r *redisFaultRig) waitUnwritten(tb testing.TB) feedMark {
 	tb.Helper()
 	ctx := context.Background()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
-		var info, commits *redis.StringCmd
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		// A commit acknowledged between the readings was held back too: a
+		// kill now loses it.
+		var first, commits *redis.StringCmd
 		var last *redis.XMessageSliceCmd
-		if _, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		held, err := redistest.AOFHeldBack(ctx, r.rdb, func(p redis.Pipeliner, second bool) {
+			if !second {
+				first = p.HGet(ctx, r.f.keys.Meta(), checkpoint.MetaCommits)
+				return
+			}
 			commits = p.HGet(ctx, r.f.keys.Meta(), checkpoint.MetaCommits)
 			last = p.XRevRangeN(ctx, r.f.keys.Events(), "+", "-", 1)
-			info = p.Info(ctx, "persistence")
-			return nil
-		}); err != nil {
+		})
+		if err != nil || !held || commits.Val() == first.Val() {
 			continue
 		}
-		if infoInt(info.Val(), "aof_buffer_length") > 0 {
-			m := feedMark{last: "0-0"}
-			m.commits, _ = strconv.ParseInt(commits.Val(), 10, 64)
-			if l := last.Val(); len(l) > 0 {
-				m.last = l[0].ID
-			}
-			return m
+		m := feedMark{last: "0-0"}
+		m.commits, _ = strconv.ParseInt(commits.Val(), 10, 64)
+		if l := last.Val(); len(l) > 0 {
+			m.last = l[0].ID
 		}
+		return m
 	}
-	tb.Fatal("Redis never held unwritten AOF data within 30s: the slow-fsync shim is not working")
+	tb.Fatal("Redis never held writes back from its AOF within 30s: the slow-fsync shim is not working")
 	return feedMark{}
 }
 

@@ -1,13 +1,17 @@
 package redistest
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // slowFsyncSource is an LD_PRELOAD shim that sleeps before every fsync and
@@ -88,4 +92,49 @@ func slowFsyncShim(tb testing.TB) string {
 func slowFsyncEnv(tb testing.TB, delay time.Duration) []string {
 	tb.Helper()
 	return append(os.Environ(), "LD_PRELOAD="+slowFsyncShim(tb), "ESCF_FSYNC_DELAY_MS="+strconv.FormatInt(delay.Milliseconds(), 10))
+}
+
+// AOFHeldBack reports whether the server holds acknowledged writes back
+// from its append-only file: two readings of INFO persistence, apart by
+// 20 ms, each with a background fsync running (aof_pending_bio_fsync) and
+// unwritten data (aof_buffer_length), not less the second time. Data that
+// is only waiting for the end of the event loop's iteration is gone by the
+// second reading; data held back behind a slow fsync (appendfsync everysec
+// postpones the write up to 2 s) is still there, and a SIGKILL now loses
+// it, and what was written between the readings. extra runs in the
+// pipeline of each reading (second false, then true): a test's own reads of
+// the state being cut, e.g. to know that a write of its own came between.
+func AOFHeldBack(ctx context.Context, rdb redis.UniversalClient, extra func(p redis.Pipeliner, second bool)) (bool, error) {
+	read := func(second bool) (pending, buffer int64, err error) {
+		var info *redis.StringCmd
+		_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if extra != nil {
+				extra(p, second)
+			}
+			info = p.Info(ctx, "persistence")
+			return nil
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+		return infoField(info.Val(), "aof_pending_bio_fsync"), infoField(info.Val(), "aof_buffer_length"), nil
+	}
+	p1, b1, err := read(false)
+	if err != nil || p1 == 0 || b1 == 0 {
+		return false, err
+	}
+	time.Sleep(20 * time.Millisecond)
+	p2, b2, err := read(true)
+	return err == nil && p2 > 0 && b2 >= b1, err
+}
+
+// infoField is an integer field of an INFO reply (0 when absent).
+func infoField(info, field string) int64 {
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), field+":"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
 }

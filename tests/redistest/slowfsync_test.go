@@ -2,6 +2,7 @@ package redistest_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,23 +22,50 @@ func TestSlowFsync_LosesAcknowledgedWrites(t *testing.T) {
 				Args: []string{"--appendonly", "yes", "--appendfsync", tt.fsync, "--auto-aof-rewrite-percentage", "0"}})
 			ctx := context.Background()
 			rdb := srv.Client(t)
-			var acked int64
-			for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
-				n, err := rdb.Incr(ctx, "n").Result()
+			// Increment (in the background) until Redis holds acknowledged
+			// writes back from its AOF (everysec, behind a slow fsync), or
+			// 1.5 s with always (it never does): then SIGKILL.
+			var acked atomic.Int64
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if n, err := rdb.Incr(ctx, "n").Result(); err == nil {
+						acked.Store(n)
+					}
+				}
+			}()
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				held, err := redistest.AOFHeldBack(ctx, srv.Client(t), nil)
 				if err != nil {
 					t.Fatal(err)
 				}
-				acked = n
+				if (tt.wantLoss && held) || (!tt.wantLoss && time.Now().After(deadline.Add(-28500*time.Millisecond))) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("Redis never held writes back from its AOF within 30s")
+				}
 			}
+			n := acked.Load() // acknowledged before the kill
 			srv.Stop()
+			close(stop)
+			<-done
 			srv.StartAgain()
 			got, err := srv.Client(t).Get(ctx, "n").Int64()
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("appendfsync %s: %d increments acknowledged, %d after the SIGKILL", tt.fsync, acked, got)
-			if lost := got < acked; lost != tt.wantLoss {
-				t.Errorf("appendfsync %s: %d acknowledged, %d kept: loss %v, want %v", tt.fsync, acked, got, lost, tt.wantLoss)
+			t.Logf("appendfsync %s: %d increments acknowledged, %d after the SIGKILL", tt.fsync, n, got)
+			if lost := got < n; lost != tt.wantLoss {
+				t.Errorf("appendfsync %s: %d acknowledged, %d kept: loss %v, want %v", tt.fsync, n, got, lost, tt.wantLoss)
 			}
 		})
 	}
