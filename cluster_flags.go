@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v3"
 
@@ -177,4 +179,34 @@ func explainES(err error, flag, prefix string, cfg es.Config) error {
 		return fmt.Errorf("cannot reach Elasticsearch: %v: check --%s", err, flag)
 	}
 	return err
+}
+
+// connectCluster builds the client of the cluster the flags of prefix name
+// ("es", "bulk"; urlFlag is the flag of its URLs), says once when its TLS
+// certificate is not verified, and asks its root (GET /), so that a bad
+// URL, password or certificate stops the command at once with advice
+// naming the flags. what starts the log line that says where it connected
+// ("" for the relay's source). supported also refuses an engine version
+// the relay cannot read.
+func connectCluster(ctx context.Context, ecfg es.Config, urlFlag, prefix, what string, supported bool, log *slog.Logger) (*es.Client, error) {
+	client, err := es.New(ecfg)
+	if err != nil {
+		return nil, usagef("--%s: %v", urlFlag, err)
+	}
+	if ecfg.InsecureSkipVerify {
+		warnInsecure(log, prefix+"-insecure", client.URLs())
+	}
+	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	info, err := client.Info(ictx)
+	cancel()
+	if err != nil {
+		return nil, explainES(err, urlFlag, prefix, ecfg)
+	}
+	if supported {
+		if err := info.CheckSupported(); err != nil {
+			return nil, fmt.Errorf("%s: %w", client.URLs(), err)
+		}
+	}
+	log.Info(what+"connected to "+info.String(), logkey.Cluster, info.ClusterName, logkey.Distribution, info.Distribution, logkey.Version, info.Version, logkey.URLs, client.URLs())
+	return client, nil
 }

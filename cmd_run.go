@@ -12,7 +12,6 @@ import (
 	"github.com/es-changefeed/es-changefeed/checkpoint"
 	"github.com/es-changefeed/es-changefeed/deletes"
 	"github.com/es-changefeed/es-changefeed/es"
-	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/relay"
 )
@@ -188,21 +187,10 @@ func runFeed(ctx context.Context, cfg runConfig, log *slog.Logger) (err error) {
 	}
 	defer rdb.Close()
 	warnPersistence(pctx, rdb, log)
-	client, err := es.New(cfg.es)
+	client, err := connectCluster(pctx, cfg.es, "es", "es", "", true, log)
 	if err != nil {
-		return usageError{err}
+		return err
 	}
-	if cfg.es.InsecureSkipVerify {
-		warnInsecure(log, "es-insecure", client.URLs())
-	}
-	info, err := client.Info(pctx)
-	if err != nil {
-		return explainES(err, "es", "es", cfg.es)
-	}
-	if err := info.CheckSupported(); err != nil {
-		return fmt.Errorf("%s: %w", client.URLs(), err)
-	}
-	log.Info("connected to "+info.String(), logkey.Cluster, info.ClusterName, logkey.Distribution, info.Distribution, logkey.Version, info.Version, logkey.URLs, client.URLs())
 	fc := cfg.feed
 	fc.ES, fc.Redis, fc.Owner, fc.Logger = client, rdb, ownerName(), log
 	reg, err := newRegistry()

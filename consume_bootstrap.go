@@ -92,23 +92,10 @@ func prepareBootstrapCopy(ctx context.Context, cmd *cli.Command, feed string, rd
 		}
 		rec = r
 	}
-	client, err := es.New(ecfg)
+	client, err := connectCluster(ctx, ecfg, "es", "es", "bootstrap: ", true, log)
 	if err != nil {
-		return nil, usageError{err}
+		return nil, err
 	}
-	if ecfg.InsecureSkipVerify {
-		warnInsecure(log, "es-insecure", client.URLs())
-	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	info, err := client.Info(pctx)
-	cancel()
-	if err != nil {
-		return nil, explainES(err, "es", "es", ecfg)
-	}
-	if err := info.CheckSupported(); err != nil {
-		return nil, fmt.Errorf("%s: %w", client.URLs(), err)
-	}
-	log.Info("bootstrap: connected to "+info.String(), logkey.Cluster, info.ClusterName, logkey.URLs, client.URLs())
 	// cli splits slice values at commas; joined again, SplitTargets keeps
 	// an exclusion with the pattern before it ("logs-*,-logs-debug*").
 	var targets []string

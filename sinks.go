@@ -9,9 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
-	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/idempotency"
-	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/sink"
 )
@@ -219,18 +217,10 @@ func buildBulkSink(ctx context.Context, cmd *cli.Command, env sinkEnv) (sink.Sin
 	if err != nil {
 		return nil, err
 	}
-	client, err := es.New(ecfg)
+	client, err := connectCluster(ctx, ecfg, "bulk-es", "bulk", "bulk sink: ", false, env.log)
 	if err != nil {
-		return nil, usagef("--bulk-es: %v", err)
+		return nil, fmt.Errorf("--sink bulk: %w", err)
 	}
-	if ecfg.InsecureSkipVerify {
-		warnInsecure(env.log, "bulk-insecure", client.URLs())
-	}
-	info, err := client.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("--sink bulk: %w", explainES(err, "bulk-es", "bulk", ecfg))
-	}
-	env.log.Info("bulk sink: connected to "+info.String(), logkey.Cluster, info.ClusterName, logkey.URLs, client.URLs())
 	s, err := sink.NewBulk(sink.BulkConfig{ES: client, Redis: env.rdb, Keys: env.keys, Partitions: env.partitions, IndexTemplate: cmd.String("bulk-index"),
 		TombstoneKeep: cmd.Duration("bulk-tombstone-keep"), PositionsIndex: cmd.String("bulk-positions-index"), Logger: env.log})
 	if err != nil {
