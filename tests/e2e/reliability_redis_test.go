@@ -528,8 +528,6 @@ type feedMark struct {
 	last    string
 }
 
-
-
 // TestReliability_RedisRestartedEmpty restarts the feed's Redis without
 // persistence under the running relay (--deletes) while writers write: the
 // relay must not start the feed again silently (consumers would never get
