@@ -68,6 +68,9 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		Action:   rootAction,
 		Commands: []*cli.Command{runCommand(), resyncCommand(), consumeCommand(), statusCommand(), demoCommand(), versionCommand()},
 	}
+	for _, c := range app.Commands {
+		c.OnUsageError = usageOf
+	}
 	err := app.Run(ctx, args)
 	if err == nil {
 		return exitOK
@@ -79,6 +82,45 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	return exitFailure
+}
+
+// usageOf is every command's OnUsageError: the error once (runMain prints
+// it), with the flag meant when one is close to a mistyped one, and where
+// the command's help is — not the error, then the error again, then the
+// whole help, as urfave/cli does by default.
+func usageOf(_ context.Context, cmd *cli.Command, err error, _ bool) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		name = strings.TrimLeft(name, "-")
+		if s := cli.SuggestFlag(cmd.Flags, name, false); s != "" && editDistance(name, strings.TrimLeft(s, "-")) <= max(2, len(name)/3) {
+			msg = fmt.Sprintf("unknown flag --%s: did you mean %s?", name, s)
+		} else {
+			msg = fmt.Sprintf("unknown flag --%s", name)
+		}
+	}
+	return usagef("%s (es-changefeed %s --help lists its flags)", msg, cmd.Name)
+}
+
+// editDistance is the Levenshtein distance of a and b: a suggestion
+// further than a typo or two away is no suggestion.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // isCLIUsage recognizes urfave/cli's own flag errors.

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestRunMain_UnknownFlag: a mistyped flag is said once, on one line, with
+// the flag meant when one is a typo away and where the help is; exit 2,
+// nothing on stdout (urfave/cli's default printed the error twice and then
+// the whole help).
+func TestRunMain_UnknownFlag(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string // in the one line; "" with notWant: no suggestion
+		no   string
+	}{
+		{"run", []string{"run", "--indx", "x"}, "unknown flag --indx: did you mean --index? (es-changefeed run --help lists its flags)", ""},
+		{"consume", []string{"consume", "--grup", "g"}, "did you mean --group?", ""},
+		{"status", []string{"status", "--fead", "f"}, "did you mean --feed?", ""},
+		{"far from any", []string{"run", "--zzzzzz"}, "unknown flag --zzzzzz (es-changefeed run --help", "did you mean"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := runMain(append([]string{"es-changefeed"}, tt.args...), &stdout, &stderr)
+			lines := strings.Split(strings.TrimRight(stderr.String(), "\n"), "\n")
+			if code != exitUsage || stdout.Len() != 0 || len(lines) != 1 {
+				t.Fatalf("exit %d, stdout %q, %d stderr lines:\n%s\nwant exit %d, one line, nothing on stdout", code, stdout.String(), len(lines), stderr.String(), exitUsage)
+			}
+			if !strings.Contains(lines[0], tt.want) || (tt.no != "" && strings.Contains(lines[0], tt.no)) {
+				t.Errorf("stderr %q: want %q in it%s", lines[0], tt.want, map[bool]string{true: ", and not " + tt.no}[tt.no != ""])
+			}
+		})
+	}
+}
