@@ -36,3 +36,30 @@ func TestRunMain_UnknownFlag(t *testing.T) {
 		})
 	}
 }
+
+// TestHelp_DefaultsOnce: every flag of every command says its default at
+// most once, in urfave/cli's form "(default: …)", never in its usage text
+// beside it (--prefetch said "(default 16 × workers) (default: 0)").
+func TestHelp_DefaultsOnce(t *testing.T) {
+	for _, c := range []string{"run", "resync", "consume", "status", "demo", "version"} {
+		t.Run(c, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := runMain([]string{"es-changefeed", c, "--help"}, &stdout, &stderr); code != exitOK {
+				t.Fatalf("%s --help: exit %d: %s", c, code, stderr.String())
+			}
+			flags := 0
+			for _, l := range strings.Split(stdout.String(), "\n") {
+				if !strings.HasPrefix(strings.TrimSpace(l), "--") {
+					continue
+				}
+				flags++
+				if n := strings.Count(l, "(default"); n > 1 || strings.Contains(l, "(default ") {
+					t.Errorf("%s --help: %q says its default %d times, or not as \"(default: …)\"", c, strings.TrimSpace(l), n)
+				}
+			}
+			if flags == 0 && c != "version" {
+				t.Fatalf("%s --help lists no flags:\n%s", c, stdout.String())
+			}
+		})
+	}
+}

@@ -29,13 +29,28 @@ func statusCommand() *cli.Command {
 			esFlag("cluster URL, to show each shard's global checkpoint and lag (optional)"),
 			&cli.Int64Flag{Name: "max-lag", Value: status.DefaultMaxLag, Usage: "unhealthy above this lag (shard operations or group entries)", Sources: cli.EnvVars("ESCF_MAX_LAG")},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
-			partitionsFlag(readPartitionsUsage),
+			readPartitionsFlag(),
 		}, append(clusterFlags("es", "ESCF_ES", "the cluster"), redisFlags("redis", "ESCF_REDIS", "the feed's Redis", redisx.DefaultURL)...)...),
 		Action: statusAction,
 	}
 }
 
-func statusAction(ctx context.Context, cmd *cli.Command) error {
+// statusAction runs status. With --json stdout is JSON whatever happens:
+// the report, or, when there is none (a bad flag, Redis unreachable), an
+// object with the feed, healthy false and the error; the error also goes
+// to stderr and sets the exit code, as without --json.
+func statusAction(ctx context.Context, cmd *cli.Command) (err error) {
+	defer func() {
+		if err != nil && cmd.Bool("json") && !errors.Is(err, errUnhealthy) {
+			enc := json.NewEncoder(cmd.Root().Writer)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(struct {
+				Feed    string `json:"feed"`
+				Healthy bool   `json:"healthy"`
+				Error   string `json:"error"`
+			}{cmd.String("feed"), false, explain(err).Error()})
+		}
+	}()
 	feed := cmd.String("feed")
 	if err := checkFeed(feed); err != nil {
 		return err

@@ -17,7 +17,7 @@ import (
 
 // readPartitionsUsage is --partitions of consume and status: they read the
 // feed's partitions, they never choose them.
-const readPartitionsUsage = "the feed's partition count; when left out, the count the feed records (escf:{feed}:meta partitions), else 1"
+const readPartitionsUsage = "the feed's partition count (recorded in escf:{feed}:meta, field partitions)"
 
 // resolvePartitions is the partition count to read: --partitions when
 // given (refused with a *redisx.PartitionsError when the feed records

@@ -54,6 +54,13 @@ func partitionsFlag(usage string) cli.Flag {
 	return &cli.IntFlag{Name: "partitions", Value: redisx.DefaultPartitions, Usage: usage, Sources: cli.EnvVars("ESCF_PARTITIONS")}
 }
 
+// readPartitionsFlag is --partitions of the commands that read a feed
+// (consume, status): its default is the feed's own count, not 1.
+func readPartitionsFlag() cli.Flag {
+	return &cli.IntFlag{Name: "partitions", Value: redisx.DefaultPartitions, Usage: readPartitionsUsage,
+		DefaultText: "the count the feed records, else 1", Sources: cli.EnvVars("ESCF_PARTITIONS")}
+}
+
 // checkPartitionsFlag refuses a --partitions outside 1..MaxPartitions.
 func checkPartitionsFlag(cmd *cli.Command) error {
 	if n := cmd.Int("partitions"); n < 1 || n > redisx.MaxPartitions {

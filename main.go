@@ -55,6 +55,10 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "es-changefeed: second signal: aborting")
 		os.Exit(130)
 	}()
+	// go-redis's own logger (a line per failed dial, on stderr) says
+	// nothing the commands do not say better once: until a command builds
+	// its logger (newLogger routes it there at debug), it says nothing.
+	redis.SetLogger(redisLog{slog.New(slog.DiscardHandler)})
 	app := &cli.Command{
 		Name:           "es-changefeed",
 		Usage:          "a change feed for Elasticsearch and OpenSearch, delivered through a Redis Stream",

@@ -232,11 +232,13 @@ func buildBulkSink(ctx context.Context, cmd *cli.Command, env sinkEnv) (sink.Sin
 // redisSinkFlags are the redis sink's own flags and those of its cache's
 // Redis (redisFlags "cache-redis").
 func redisSinkFlags() []cli.Flag {
+	cache := redisFlags("cache-redis", "ESCF_CACHE_REDIS", "the redis sink's cache", "")
+	cache[0].(*cli.StringFlag).DefaultText = "the feed's Redis"
 	return append([]cli.Flag{
 		&cli.StringFlag{Name: "cache-key", Value: sink.DefaultRedisKey, Usage: "redis sink: key template ({index}, {index_uuid}, {shard}, {id}, {routing})", Sources: cli.EnvVars("ESCF_CACHE_KEY")},
 		&cli.StringFlag{Name: "cache-mode", Value: string(sink.DefaultRedisMode), Usage: "redis sink: del (invalidate) or set (write the document)", Sources: cli.EnvVars("ESCF_CACHE_MODE")},
 		&cli.DurationFlag{Name: "cache-ttl", Usage: "redis sink: TTL of keys written in set mode (0: none)", Sources: cli.EnvVars("ESCF_CACHE_TTL")},
-	}, redisFlags("cache-redis", "ESCF_CACHE_REDIS", "the redis sink's cache (default: the feed's Redis)", "")...)
+	}, cache...)
 }
 
 // buildRedisSink writes into the feed's Redis, or into --cache-redis,
