@@ -63,3 +63,33 @@ func TestHelp_DefaultsOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestDemo_Calm: the demo says in a few lines of its own what runs where,
+// and nothing at its defaults warns — not even at --log-level info (a
+// mass-delete confirmation, routine in a demo, was a WARN).
+func TestDemo_Calm(t *testing.T) {
+	for _, level := range []string{"", "info"} {
+		t.Run("log-level "+level, func(t *testing.T) {
+			args := []string{"es-changefeed", "demo", "--duration", "2s"}
+			if level != "" {
+				args = append(args, "--log-level", level)
+			}
+			var stdout, stderr bytes.Buffer
+			if code := runMain(args, &stdout, &stderr); code != exitOK {
+				t.Fatalf("demo: exit %d:\n%s", code, stderr.String())
+			}
+			lines := strings.Split(strings.TrimRight(stderr.String(), "\n"), "\n")
+			for _, l := range lines {
+				if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+					t.Errorf("the demo warns: %s", l)
+				}
+				if level == "" && !strings.HasPrefix(l, "demo: ") {
+					t.Errorf("at its defaults the demo's stderr holds a line not its own: %s", l)
+				}
+			}
+			if level == "" && len(lines) > 4 {
+				t.Errorf("the demo says %d lines on stderr, want a few:\n%s", len(lines), stderr.String())
+			}
+		})
+	}
+}

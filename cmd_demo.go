@@ -17,7 +17,7 @@ func demoCommand() *cli.Command {
 			&cli.DurationFlag{Name: "duration", Value: demo.DefaultDuration, Usage: "how long the writer writes", Validator: positiveDuration("duration")},
 			&cli.StringFlag{Name: "flavor", Value: demo.DefaultFlavor, Usage: "emulated engine: " + strings.Join(demo.Flavors(), ", ")},
 			metricsFlag(),
-		}, logFlags()...),
+		}, demoLogFlags()...),
 		Action: demoAction,
 	}
 }
@@ -42,4 +42,16 @@ func demoAction(ctx context.Context, cmd *cli.Command) error {
 		return usagef("--flavor %q: want one of %s", cfg.Flavor, strings.Join(demo.Flavors(), ", "))
 	}
 	return demo.Run(ctx, cfg)
+}
+
+// demoLogFlags are logFlags at level warn: the demo says in a few lines of
+// its own what runs where; --log-level info shows the relay's log too.
+func demoLogFlags() []cli.Flag {
+	flags := logFlags()
+	for _, f := range flags {
+		if sf, ok := f.(*cli.StringFlag); ok && sf.Name == "log-level" {
+			sf.Value = "warn"
+		}
+	}
+	return flags
 }

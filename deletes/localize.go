@@ -97,7 +97,7 @@ func (s *Scanner) scan(ctx context.Context, sh Shard) (Result, error) {
 		// A mass delete is confirmed by a second, independent pass before
 		// anything is emitted; only entries both found go.
 		s.confirmations.Add(1)
-		log.Warn("delete scan would delete a large share of the shard: confirming with a second scan",
+		log.Info("delete scan would delete a large share of the shard: confirming with a second scan",
 			logkey.Gone, n, logkey.Delivered, total, logkey.MaxFraction, s.cfg.MaxDeleteFraction)
 		again, err := s.localize(ctx, ec, sh, sc0, counts, total, count, fail)
 		if err != nil {

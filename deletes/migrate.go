@@ -64,7 +64,7 @@ func (s *Scanner) migrate(ctx context.Context, ec *es.Client, sh Shard, legacy i
 	}
 	if len(gone) > 0 && float64(len(gone)) > s.cfg.MaxDeleteFraction*float64(legacy) {
 		s.confirmations.Add(1)
-		fail.log.Warn("delete scan would delete a large share of the shard: confirming with a second scan",
+		fail.log.Info("delete scan would delete a large share of the shard: confirming with a second scan",
 			logkey.Gone, len(gone), logkey.Delivered, legacy, logkey.MaxFraction, s.cfg.MaxDeleteFraction)
 		again, err := s.migrationPass(ctx, ec, sh, sc0, fail)
 		if err != nil {

@@ -150,6 +150,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	keys := f.Keys(0)
+	fmt.Fprintf(stderr, "demo: a writer creates, updates and deletes documents of %s; the relay (run --deletes) follows it into the stream %s; a reader prints each event on stdout as a JSON line (--log-level info shows the relay's log)\n",
+		Index, keys.Events())
 	// The demo reads the feed's state to tell when it caught up.
 	store, err := checkpoint.New(checkpoint.Config{Client: rdb, Keys: keys})
 	if err != nil {
