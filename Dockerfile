@@ -1,7 +1,8 @@
 # The es-changefeed image: a static binary (CGO_ENABLED=0) on distroless
 # static, run as the non-root user nonroot (uid 65532); about 30 MB.
 #
-#   docker build -t es-changefeed:dev --build-arg VERSION=$(git describe --tags --always --dirty) .
+#   docker build -t es-changefeed:dev --build-arg VERSION=$(git describe --tags --always --dirty) \
+#     --build-arg REVISION=$(git rev-parse HEAD) .
 #   docker run --rm es-changefeed:dev version
 #
 # The compose files in compose/ build it (build: context ..) and run the
@@ -17,12 +18,13 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# VERSION is what `es-changefeed version` prints first (main.version).
-# .git is not in the build context (.dockerignore), hence -buildvcs=false:
-# the version string carries the revision instead.
+# VERSION is what `es-changefeed version` prints first (main.version),
+# REVISION its revision line (main.revision). .git is not in the build
+# context (.dockerignore), hence -buildvcs=false: Go cannot stamp either.
 ARG VERSION=dev
+ARG REVISION=
 RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false \
-      -ldflags "-s -w -X main.version=${VERSION}" \
+      -ldflags "-s -w -X main.version=${VERSION} -X main.revision=${REVISION}" \
       -o /out/es-changefeed . \
  && /out/es-changefeed version
 

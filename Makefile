@@ -8,6 +8,8 @@
 #                tests/engines on a real
 #                OpenSearch 2), then the real-cluster part of the suite on a
 #                real OpenSearch 2 node (ESCF_TEST_ENGINE=opensearch-2)
+#   make build   ./es-changefeed, stamped with the version (git describe)
+#                and the commit that `es-changefeed version` prints
 #   make examples
 #                the pinned packages of the Python and Node example workers
 #                (a venv in ~/.cache/escf-examples, examples/node/node_modules);
@@ -32,7 +34,13 @@ export GOFLAGS ?= -buildvcs=false
 
 .PHONY: test test-engines golden bench vet redis-server cc docker-compose promtool rules java examples build fuzz reliability
 
+# The binary at ./es-changefeed, stamped like the image: the version
+# (git describe) and the commit (-buildvcs=false keeps Go from stamping
+# it itself, so -X main.revision does).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X main.version=$(VERSION) -X main.revision=$(REVISION)" -o es-changefeed .
 	$(GO) build ./...
 
 redis-server:

@@ -16,6 +16,15 @@ import (
 // (the Dockerfile passes its VERSION build argument so). Default "dev".
 var version = "dev"
 
+// revision is the commit this binary was built from, set at build time
+// when Go cannot stamp it itself (-buildvcs=false, as make and the
+// Dockerfile build, or no .git in a container's build context):
+//
+//	go build -ldflags "-X main.revision=$(git rev-parse HEAD)" .
+//
+// Go's own vcs.revision wins when present. Default "": not known.
+var revision = ""
+
 // versionFlag is the root command's --version (urfave/cli's own prints
 // only the version, not the build info).
 func versionFlag() cli.Flag {
@@ -48,22 +57,29 @@ func rootAction(ctx context.Context, cmd *cli.Command) error {
 
 func writeVersion(w io.Writer) error {
 	bi, _ := debug.ReadBuildInfo()
-	_, err := io.WriteString(w, versionText(version, bi))
+	_, err := io.WriteString(w, versionText(version, revision, bi))
 	return err
 }
 
 // versionText is the version command's output: the version on the first
 // line, then the build info present in bi (nil: none), one "key: value"
-// per line. The VCS lines appear only when the build stamped them (go
-// build in a git checkout without -buildvcs=false).
-func versionText(v string, bi *debug.BuildInfo) string {
+// per line. The VCS lines appear when the build stamped them (go build in
+// a git checkout without -buildvcs=false); otherwise rev, the revision set
+// with -ldflags, is the revision line.
+func versionText(v, rev string, bi *debug.BuildInfo) string {
 	s := "es-changefeed " + v + "\n"
 	if bi == nil {
+		if rev != "" {
+			s += "revision: " + rev + "\n"
+		}
 		return s
 	}
 	settings := map[string]string{}
 	for _, kv := range bi.Settings {
 		settings[kv.Key] = kv.Value
+	}
+	if _, ok := settings["vcs.revision"]; !ok && rev != "" {
+		settings["vcs.revision"] = rev
 	}
 	s += fmt.Sprintf("go: %s\n", bi.GoVersion)
 	if goos, goarch := settings["GOOS"], settings["GOARCH"]; goos != "" && goarch != "" {

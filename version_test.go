@@ -19,10 +19,16 @@ func TestVersionText(t *testing.T) {
 	tests := []struct {
 		name    string
 		version string
+		rev     string
 		bi      *debug.BuildInfo
 		want    string
 	}{
 		{name: "no build info", version: "dev", bi: nil, want: "es-changefeed dev\n"},
+		{name: "no build info, -X main.revision", version: "v1.0.0", rev: "0123abcd", bi: nil, want: "es-changefeed v1.0.0\nrevision: 0123abcd\n"},
+		{name: "vcs stamped wins over -X main.revision", version: "v1.2.0", rev: "ignored", bi: stamped,
+			want: "es-changefeed v1.2.0\ngo: go1.26.8\nplatform: linux/arm64\nrevision: 2d7d73b0c0ffee\ntime: 2026-12-02T06:00:00Z\nmodified: true\ncgo: 0\n"},
+		{name: "no vcs, -X main.revision", version: "v1.2.0", rev: "0123abcd", bi: &debug.BuildInfo{GoVersion: "go1.26.8"},
+			want: "es-changefeed v1.2.0\ngo: go1.26.8\nrevision: 0123abcd\n"},
 		{name: "vcs stamped", version: "v1.2.0", bi: stamped,
 			want: "es-changefeed v1.2.0\ngo: go1.26.8\nplatform: linux/arm64\nrevision: 2d7d73b0c0ffee\ntime: 2026-12-02T06:00:00Z\nmodified: true\ncgo: 0\n"},
 		{name: "no vcs, a module version", version: "dev",
@@ -31,7 +37,7 @@ func TestVersionText(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got, want := versionText(tt.version, tt.bi), tt.want; got != want {
+			if got, want := versionText(tt.version, tt.rev, tt.bi), tt.want; got != want {
 				t.Errorf("versionText:\n got %q\nwant %q", got, want)
 			}
 		})
@@ -58,11 +64,12 @@ func TestRunMain_Version(t *testing.T) {
 	}
 }
 
-// TestVersion_Ldflags: -ldflags -X main.version sets what the binary prints
-// (as the Dockerfile builds it).
+// TestVersion_Ldflags: -ldflags -X main.version and main.revision set what
+// the binary prints when Go cannot stamp the revision (as make and the
+// Dockerfile build it).
 func TestVersion_Ldflags(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "es-changefeed")
-	build := exec.Command("go", "build", "-ldflags", "-X main.version=v9.8.7-test", "-o", bin, ".")
+	build := exec.Command("go", "build", "-buildvcs=false", "-ldflags", "-X main.version=v9.8.7-test -X main.revision=0123abcd", "-o", bin, ".")
 	build.Env = append(build.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -74,6 +81,9 @@ func TestVersion_Ldflags(t *testing.T) {
 		}
 		if got, want := strings.SplitN(string(out), "\n", 2)[0], "es-changefeed v9.8.7-test"; got != want {
 			t.Errorf("es-changefeed %s: first line %q, want %q", arg, got, want)
+		}
+		if !strings.Contains(string(out), "\nrevision: 0123abcd\n") {
+			t.Errorf("es-changefeed %s: %q lacks the revision set with -ldflags (built with -buildvcs=false, as make and the Dockerfile do)", arg, out)
 		}
 		if !strings.Contains(string(out), "\ncgo: 0\n") {
 			t.Errorf("es-changefeed %s: %q lacks cgo: 0 (a static build)", arg, out)
