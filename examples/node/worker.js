@@ -24,7 +24,11 @@
 //     JSON lines of es-changefeed consume --bootstrap --bootstrap-only
 //     --sink stdout, see examples/README.md).
 //
-//     node worker.js --redis redis://localhost:6379/0 --feed orders --group mirror --consumers 3
+//     node examples/node/worker.js --redis redis://localhost:6379/0 --feed orders --group mirror --consumers 3
+//
+// It runs from any directory (ioredis comes from examples/node/node_modules,
+// which `make examples` installs). At start it prints where the mirror is
+// and the redis-cli commands that show it.
 //
 // The mirror, under --mirror (default "mirror:{<feed>:<group>}"; the braces
 // keep its keys in one Redis Cluster slot, as a Lua script needs):
@@ -45,7 +49,14 @@
 const { fork } = require('node:child_process');
 const os = require('node:os');
 const { parseArgs } = require('node:util');
-const Redis = require('ioredis');
+let Redis;
+try {
+  Redis = require('ioredis'); // from examples/node/node_modules, whatever the current directory
+} catch (e) {
+  if (e.code !== 'MODULE_NOT_FOUND') throw e;
+  process.stderr.write(`worker.js needs ioredis (${__dirname}/package.json): run \`make examples\` in the repository, or \`npm ci\` in ${__dirname}\n`);
+  process.exit(2);
+}
 
 // ---------------------------------------------------------------------------
 // The mirror's Lua scripts (the same as examples/python/worker.py's). Orders
@@ -853,6 +864,20 @@ async function runConsumer(opts, name) {
   }
 }
 
+// shownURL is the Redis URL without its password, for what the worker prints.
+function shownURL(url) {
+  return url.replace(/^(\w+:\/\/[^:@/]*):[^@/]*@/, '$1:<password>@');
+}
+
+// whereMessage says where the mirror is, and the redis-cli commands that show it.
+function whereMessage(o) {
+  const prefix = o.mirror || `mirror:{${o.feed}:${o.group}}`;
+  const cli = `redis-cli -u ${shownURL(o.redis)}`;
+  return `worker: mirroring feed ${o.feed} (group ${o.group}) into ${shownURL(o.redis)} under ${prefix}; look at it with:\n` +
+    `  ${cli} HGETALL '${prefix}:indices'    # index uuid -> index name\n` +
+    `  ${cli} HGETALL '${prefix}:docs:<index uuid>'    # "<shard>/<id>" -> document source\n`;
+}
+
 async function main() {
   const { values: v } = parseArgs({
     options: {
@@ -872,7 +897,7 @@ async function main() {
     },
   });
   if (!v.group || !['0', '$'].includes(v.start)) {
-    process.stderr.write('usage: node worker.js --group G [--redis URL] [--feed F] [--consumers N] [--start 0|$] …\n');
+    process.stderr.write('usage: node examples/node/worker.js --group G [--redis URL] [--feed F] [--consumers N] [--start 0|$] …\n');
     process.exit(2);
   }
   const opts = { redis: v.redis, feed: v.feed, group: v.group, start: v.start, mirror: v.mirror,
@@ -880,6 +905,7 @@ async function main() {
     maxDeliveries: Number(v['max-deliveries']), checkInterval: Number(v['check-interval']) };
   if (v['apply-stdin']) process.exit(await new Applier(opts).run(stdinLines()));
   const consumers = Number(v.consumers);
+  if (!process.send) process.stderr.write(whereMessage(opts)); // once: not again in the pool's forks
   if (consumers <= 1) process.exit(await runConsumer(opts, v.consumer));
 
   // A pool of processes; SIGTERM is passed on, each drains its batch.

@@ -24,7 +24,12 @@ consumer in any language has to do (docs/CONSUMING.md is the contract):
     JSON lines of es-changefeed consume --bootstrap --bootstrap-only
     --sink stdout, see examples/README.md).
 
-    python worker.py --redis redis://localhost:6379/0 --feed orders --group mirror --consumers 3
+    python3 examples/python/worker.py --redis redis://localhost:6379/0 --feed orders --group mirror --consumers 3
+
+It runs from any directory. Without redis-py it runs itself again with the
+python of the venv `make examples` installs (ESCF_EXAMPLES_VENV, default
+~/.cache/escf-examples/venv). At start it prints where the mirror is and
+the redis-cli commands that show it.
 
 The mirror, under --mirror (default "mirror:{<feed>:<group>}"; the braces
 keep its keys in one Redis Cluster slot, as a Lua script needs):
@@ -54,7 +59,18 @@ import sys
 import time
 from datetime import datetime, timezone
 
-import redis
+try:
+    import redis
+except ImportError:
+    # Run by a python without redis-py: run again with the venv of `make
+    # examples`, whatever the current directory.
+    _venv = os.environ.get("ESCF_EXAMPLES_VENV") or os.path.expanduser("~/.cache/escf-examples/venv")
+    _py = os.path.join(_venv, "bin", "python")
+    if os.access(_py, os.X_OK) and os.path.realpath(sys.prefix) != os.path.realpath(_venv):
+        os.execv(_py, [_py] + sys.argv)
+    sys.exit("worker.py needs redis-py (%s): run `make examples` in the repository (it installs it in the venv %s, "
+             "which this script then uses by itself), or pip install -r that file" % (
+                 os.path.join(os.path.dirname(os.path.abspath(__file__)), "requirements.txt"), _venv))
 
 # ---------------------------------------------------------------------------
 # The mirror's Lua scripts. Orders and stream ids are compared as decimal
@@ -782,6 +798,21 @@ def run_consumer(args, name):
         return 1
 
 
+def shown_url(url):
+    """The Redis URL without its password, for what the worker prints."""
+    return re.sub(r"^(\w+://[^:@/]*):[^@/]*@", r"\1:<password>@", url)
+
+
+def where_message(args):
+    """Where the mirror is, and the redis-cli commands that show it."""
+    prefix = args.mirror or "mirror:{%s:%s}" % (args.feed, args.group)
+    cli = "redis-cli -u %s" % shown_url(args.redis)
+    return ("worker: mirroring feed %s (group %s) into %s under %s; look at it with:\n"
+            "  %s HGETALL '%s:indices'    # index uuid -> index name\n"
+            "  %s HGETALL '%s:docs:<index uuid>'    # \"<shard>/<id>\" -> document source\n"
+            % (args.feed, args.group, shown_url(args.redis), prefix, cli, prefix, cli, prefix))
+
+
 def child(args, name):
     sys.exit(run_consumer(args, name))
 
@@ -811,6 +842,8 @@ def main():
             sys.exit(Applier(args).run(sys.stdin.buffer))
         except redis.RedisError as e:
             sys.exit("apply-stdin: Redis failed (%s); the mirror stays refused to the workers: run the bootstrap again" % e)
+    sys.stderr.write(where_message(args))
+    sys.stderr.flush()
     if args.consumers <= 1:
         sys.exit(run_consumer(args, args.consumer))
     # A pool of processes; SIGTERM is passed on, each drains its batch.

@@ -113,8 +113,15 @@ type workerProc struct {
 
 func startWorker(tb testing.TB, argv []string, name string, args ...string) *workerProc {
 	tb.Helper()
+	return startWorkerIn(tb, "", argv, name, args...)
+}
+
+// startWorkerIn starts the worker in the directory dir ("": the test's).
+func startWorkerIn(tb testing.TB, dir string, argv []string, name string, args ...string) *workerProc {
+	tb.Helper()
 	w := &workerProc{name: name, out: &syncBuffer{}, done: make(chan struct{})}
 	w.cmd = exec.Command(argv[0], append(argv[1:], args...)...)
+	w.cmd.Dir = dir
 	w.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	w.cmd.Stdout, w.cmd.Stderr = w.out, w.out
 	if err := w.cmd.Start(); err != nil {
@@ -475,6 +482,85 @@ func testExampleMirror(t *testing.T, ew exampleWorker) {
 		ew.name, entriesAfter-entriesBefore, deleted, len(m.docs))
 	pool.stop(t)
 	resync.kill()
+}
+
+// TestExamples_FromAnywhere: each example worker, started from another
+// directory (the Python one by the system's python3, which runs it again
+// with the venv of make examples when it lacks redis-py), mirrors a few
+// events and prints once where its mirror is; the redis-cli commands it
+// prints, run as printed, show the documents.
+func TestExamples_FromAnywhere(t *testing.T) {
+	redisCLI, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatalf("redis-cli not found on PATH (Debian's redis-tools, installed with redis-server): %v", err)
+	}
+	for _, ew := range exampleWorkers {
+		t.Run(ew.name, func(t *testing.T) {
+			argv := ew.argv(t)
+			script, err := filepath.Abs(argv[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			argv = []string{argv[0], script}
+			if ew.name == "python" {
+				if py, err := exec.LookPath("python3"); err == nil {
+					argv[0] = py
+				}
+			}
+			srv := redistest.Start(t)
+			rdb := srv.Client(t)
+			ctx := context.Background()
+			feed, group, uuid := "anywhere-"+ew.name, "mirror", "u-"+ew.name
+			stream := redisx.NewKeys(feed).Events()
+			want := map[string]string{}
+			for i := 0; i < 5; i++ {
+				id, source := fmt.Sprintf("doc-%d", i), fmt.Sprintf(`{"n":%d}`, i)
+				want["0/"+id] = source
+				if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []string{"op", "upsert", "index", "orders",
+					"index_uuid", uuid, "shard", "0", "id", id, "seq_no", strconv.Itoa(i), "primary_term", "1",
+					"version", "1", "source", source}}).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w := startWorkerIn(t, t.TempDir(), argv, ew.name, "--redis", srv.URL(), "--feed", feed, "--group", group,
+				"--consumers", "2", "--block-ms", "200")
+			waitGroupDone(t, rdb, stream, group, 30*time.Second)
+
+			out := w.out.String()
+			if n := strings.Count(out, "look at it with:"); n != 1 {
+				t.Fatalf("the %s pool printed where its mirror is %d times, want once:\n%s", ew.name, n, out)
+			}
+			var cmds []string
+			for _, l := range strings.Split(out, "\n") {
+				if c, _, ok := strings.Cut(strings.TrimSpace(l), "    #"); ok && strings.HasPrefix(c, "redis-cli ") {
+					cmds = append(cmds, redisCLI+strings.TrimPrefix(c, "redis-cli"))
+				}
+			}
+			if len(cmds) != 2 {
+				t.Fatalf("the %s pool printed %d redis-cli commands, want 2 (indices, docs):\n%s", ew.name, len(cmds), out)
+			}
+			run := func(c string) map[string]string {
+				b, err := exec.Command("sh", "-c", c).CombinedOutput()
+				if err != nil {
+					t.Fatalf("%s: %v\n%s", c, err, b)
+				}
+				lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+				got := map[string]string{}
+				for i := 0; i+1 < len(lines); i += 2 {
+					got[lines[i]] = lines[i+1]
+				}
+				return got
+			}
+			if got := run(cmds[0]); got[uuid] != "orders" || len(got) != 1 {
+				t.Fatalf("the printed %s shows %v, want %s -> orders", cmds[0], got, uuid)
+			}
+			docs := strings.ReplaceAll(cmds[1], "<index uuid>", uuid)
+			if got := run(docs); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("the printed %s shows %v, want %v", docs, got, want)
+			}
+			w.stop(t)
+		})
+	}
 }
 
 // TestExamples_HistoryLost: each example worker stops with exit 1 and a
