@@ -467,7 +467,7 @@ func TestBackend_RealClusterSwitch(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "esemu")
-	if out, err := exec.Command("go", "build", "-o", bin, "../esemu/cmd/esemu").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "../../internal/esemu/cmd/esemu").CombinedOutput(); err != nil {
 		t.Fatalf("go build esemu: %v\n%s", err, out)
 	}
 	addr := closedPort(t)
