@@ -73,6 +73,11 @@ func (c *Client) IndexLayout(ctx context.Context, index string) (IndexLayout, er
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	if _, ok := st.Metadata.Indices[index]; ok {
+		// A backing index of a data stream answers with all the stream's
+		// backing indices (the cluster state must stay whole): keep ours.
+		names = []string{index}
+	}
 	switch {
 	case len(names) == 0:
 		return IndexLayout{}, &Error{Op: op, Status: http.StatusNotFound, Type: "index_not_found_exception", Reason: "no such index [" + index + "]", Err: ErrNotFound}

@@ -89,6 +89,17 @@ func TestClient_IndexLayout(t *testing.T) {
 			t.Fatalf("err = %v; want ErrNotFound", err)
 		}
 	})
+	t.Run("backing index of a data stream", func(t *testing.T) {
+		// Elasticsearch 8.19 and 9.5 answer a backing index's cluster
+		// state with every backing index of its data stream.
+		state := `{"metadata":{"indices":{".ds-m-000001":{"routing_num_shards":1024,"settings":{"index.number_of_shards":"1","index.version.created":"9111000"}},` +
+			`".ds-m-000002":{"routing_num_shards":768,"settings":{"index.number_of_shards":"3","index.version.created":"9111000"}}}}}`
+		c, _ := layoutServer(t, es9Root, state, `{".ds-m-000002":{"mappings":{}}}`)
+		l, err := c.IndexLayout(context.Background(), ".ds-m-000002")
+		if err != nil || l.Index != ".ds-m-000002" || l.Shards != 3 || l.RoutingShards != 768 {
+			t.Fatalf("layout = %+v, %v; want .ds-m-000002 with 3 shards and 768 routing shards", l, err)
+		}
+	})
 	t.Run("alias of two indices", func(t *testing.T) {
 		state := `{"metadata":{"indices":{"a":{"routing_num_shards":1024,"settings":{"index.number_of_shards":"1","index.version.created":"9111000"}},` +
 			`"b":{"routing_num_shards":1024,"settings":{"index.number_of_shards":"1","index.version.created":"9111000"}}}}}`

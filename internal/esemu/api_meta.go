@@ -1303,7 +1303,8 @@ func apiResolve(c *Cluster, r *request) (reply, *esError) {
 // settings, mappings (under the type "_doc", as the cluster state keeps
 // them), aliases and primary_terms; not in_sync_allocations, rollover_info
 // or timestamp ranges. As the real API, it is lenient: a named index that
-// does not exist is left out, not an error.
+// does not exist is left out, not an error; and naming one backing index of
+// a data stream answers with all of the stream's backing indices.
 func apiClusterState(c *Cluster, r *request) (reply, *esError) {
 	for _, m := range strings.Split(r.vars["metric"], ",") {
 		if m != "metadata" {
@@ -1329,8 +1330,29 @@ func apiClusterState(c *Cluster, r *request) (reply, *esError) {
 			return reply{}, e
 		}
 	}
-	out := newOrderedMap()
 	c.mu.RLock()
+	if r.vars["index"] != "" {
+		// As Elasticsearch's TransportClusterStateAction: a backing index
+		// brings its data stream, and with it every other backing index
+		// (the answer must be a valid cluster state).
+		seen := map[string]bool{}
+		var withStreams []*index
+		for _, ix := range indices {
+			group := []*index{ix}
+			if ds := c.dataStreams[ix.dataStream]; ds != nil {
+				group = ds.indices
+			}
+			for _, g := range group {
+				if !seen[g.name] {
+					seen[g.name] = true
+					withStreams = append(withStreams, g)
+				}
+			}
+		}
+		indices = withStreams
+		sort.Slice(indices, func(i, j int) bool { return indices[i].name < indices[j].name })
+	}
+	out := newOrderedMap()
 	for _, ix := range indices {
 		state := "open"
 		if ix.closed {

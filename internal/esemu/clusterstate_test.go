@@ -70,6 +70,36 @@ func TestClusterState_Metadata(t *testing.T) {
 			if st, b := csDo(t, c, "GET", "/_cluster/state/metadata/nope?filter_path=metadata.indices.*.routing_num_shards", ""); st != 200 || string(b) != `{}` {
 				t.Errorf("missing index: HTTP %d %s; want 200 {}", st, b)
 			}
+			// A backing index brings its whole data stream, as
+			// TransportClusterStateAction answers (seen on 8.19 and 9.5).
+			csDo(t, c, "PUT", "/_index_template/m", `{"index_patterns":["m-*"],"data_stream":{}}`)
+			if st, b := csDo(t, c, "PUT", "/_data_stream/m-a", ""); st != 200 {
+				t.Fatalf("create data stream: HTTP %d %s", st, b)
+			}
+			if st, b := csDo(t, c, "POST", "/m-a/_rollover", ""); st != 200 {
+				t.Fatalf("rollover: HTTP %d %s", st, b)
+			}
+			var ds struct {
+				Metadata struct {
+					Indices map[string]json.RawMessage `json:"indices"`
+				} `json:"metadata"`
+			}
+			_, b = csDo(t, c, "GET", "/_data_stream/m-a", "")
+			var backing struct {
+				DataStreams []struct {
+					Indices []struct {
+						Name string `json:"index_name"`
+					} `json:"indices"`
+				} `json:"data_streams"`
+			}
+			if err := json.Unmarshal(b, &backing); err != nil || len(backing.DataStreams) != 1 || len(backing.DataStreams[0].Indices) != 2 {
+				t.Fatalf("data stream m-a: %s (%v); want 2 backing indices", b, err)
+			}
+			first := backing.DataStreams[0].Indices[0].Name
+			st, b = csDo(t, c, "GET", "/_cluster/state/metadata/"+first+"?filter_path=metadata.indices.*.state", "")
+			if err := json.Unmarshal(b, &ds); st != 200 || err != nil || len(ds.Metadata.Indices) != 2 {
+				t.Errorf("cluster state of backing index %s: HTTP %d %s; want both backing indices", first, st, b)
+			}
 			if st, b := csDo(t, c, "GET", "/_cluster/state/routing_table/t3", ""); st != 400 || !strings.Contains(string(b), "does not model") {
 				t.Errorf("routing_table: HTTP %d %s; want a 400 saying it is not modeled", st, b)
 			}
