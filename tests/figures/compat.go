@@ -429,6 +429,8 @@ func escape(s string) string {
 
 const compatHead = `# Compatibility with real Elasticsearch and OpenSearch
 
+Which Elasticsearch and OpenSearch versions the feed is tested on, and what passed on each.
+
 This file is written by ` + "`make test-engines`" + ` (tests/figures, compat mode) from what the real-engine
 suite did: ` + "`tests/engines`" + ` starts real nodes from Maven Central's jars (one JVM per node, on
 127.0.0.1), and ` + "`ESCF_TEST_ENGINE=<engine> go test ./tests/engines/ ./tests/e2e/`" + ` runs every test that
