@@ -60,6 +60,17 @@ type Config struct {
 	// StartTimeout bounds Start and each node's restart (default
 	// DefaultStartTimeout).
 	StartTimeout time.Duration
+	// Security, when not empty, starts the cluster secured and names the
+	// directory (created if missing) where Start writes what a client
+	// needs: ca.pem (the CA that signed the nodes' certificates, made at
+	// start), a password file per user (admin.password, relay.password,
+	// bulk.password, bootstrap.password, status.password: see UserAdmin
+	// and the others), client.pem and client-key.pem (a client
+	// certificate of ClientCertUser) and, on Elasticsearch, api-key (an
+	// encoded API key with the relay's privileges). HTTP and the transport
+	// then speak TLS and every request must authenticate; URLs are
+	// https://. Default: off. Engines: see the package's README.
+	Security string
 }
 
 // Validate names the first bad field.
@@ -102,6 +113,7 @@ type Cluster struct {
 	dir     string
 	ownsDir bool
 	http    *http.Client
+	creds   *credentials // nil: not secured
 
 	mu    sync.Mutex
 	nodes []*node
@@ -130,11 +142,17 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	e, _ := Lookup(cfg.Engine)
-	cp, err := Prepare(ctx, e)
+	cp, err := prepare(ctx, e, cfg.Security != "")
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{cfg: cfg, engine: e, cp: cp, dir: cfg.Dir, http: &http.Client{Timeout: 30 * time.Second}}
+	if cfg.Security != "" {
+		if c.creds, err = newCredentials(cfg.Security); err != nil {
+			return nil, fmt.Errorf("engines: security credentials in %s: %w", cfg.Security, err)
+		}
+		c.http.Transport = &http.Transport{TLSClientConfig: c.creds.tlsConfig()}
+	}
 	if c.dir == "" {
 		if c.dir, err = os.MkdirTemp("", "escf-"+e.Name+"-"); err != nil {
 			return nil, err
@@ -150,6 +168,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	// JVM binds it: such a start is tried again on other ports.
 	for attempt := 1; ; attempt++ {
 		err = c.startNodes(ctx)
+		if err == nil && c.creds != nil {
+			err = c.afterSecureStart(ctx)
+		}
 		if err == nil {
 			return c, nil
 		}
@@ -202,6 +223,9 @@ func (c *Cluster) startNodes(ctx context.Context) error {
 
 // spawn starts node n's JVM; c.mu is held.
 func (c *Cluster) spawn(n *node, first bool) error {
+	if err := os.MkdirAll(filepath.Join(n.home, "config"), 0o755); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(filepath.Join(n.home, "tmp"), 0o755); err != nil {
 		return err
 	}
@@ -236,6 +260,15 @@ func (c *Cluster) spawn(n *node, first bool) error {
 			settings = append(settings, key+"="+strings.Join(names, ","))
 		}
 	}
+	var plugins []string
+	if c.creds != nil {
+		sec, err := c.creds.writeNodeConfig(c.engine, c.cp, n.home)
+		if err != nil {
+			return err
+		}
+		settings = append(settings, sec...)
+		plugins = securityPluginClasses[c.engine.Product]
+	}
 	for k, v := range c.cfg.Settings {
 		settings = append(settings, k+"="+v)
 	}
@@ -246,6 +279,9 @@ func (c *Cluster) spawn(n *node, first bool) error {
 		"-Dfile.encoding=UTF-8", "-Djava.awt.headless=true",
 		"-Dlog4j2.disable.jmx=true", "-Dlog4j.shutdownHookEnabled=false",
 		"-Descf.exitOnStdinEof=true",
+	}
+	if len(plugins) > 0 {
+		args = append(args, "-Descf.plugins="+strings.Join(plugins, ","))
 	}
 	if javaMajor(c.cp.JavaHome) >= 21 {
 		args = append(args, "--enable-native-access=ALL-UNNAMED")
@@ -304,7 +340,7 @@ func (c *Cluster) waitHealth(ctx context.Context, via int, status string) error 
 			return err
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := c.http.Do(req)
+		resp, err := c.do(req)
 		if err == nil {
 			var h struct {
 				Status   string `json:"status"`
@@ -363,9 +399,14 @@ func (c *Cluster) Nodes() int { return len(c.nodes) }
 // URL is node 0's HTTP URL.
 func (c *Cluster) URL() string { return c.NodeURL(0) }
 
-// NodeURL is node i's HTTP URL, e.g. http://127.0.0.1:9200.
+// NodeURL is node i's HTTP URL, e.g. http://127.0.0.1:9200
+// (https:// when secured).
 func (c *Cluster) NodeURL(i int) string {
-	return "http://127.0.0.1:" + strconv.Itoa(c.nodes[i].httpPort)
+	scheme := "http"
+	if c.creds != nil {
+		scheme = "https"
+	}
+	return scheme + "://127.0.0.1:" + strconv.Itoa(c.nodes[i].httpPort)
 }
 
 // URLs are every node's HTTP URL, node 0 first.
@@ -559,7 +600,7 @@ type ShardCopy struct {
 // Shards lists the copies of an index's shards, asked through node via.
 func (c *Cluster) Shards(ctx context.Context, via int, index string) ([]ShardCopy, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.NodeURL(via)+"/_cat/shards/"+index+"?format=json&h=shard,prirep,state,node", nil)
-	resp, err := c.http.Do(req)
+	resp, err := c.do(req)
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,8 @@
 //
 // It prints "ready http://127.0.0.1:<port>" (node 0's URL) when the cluster
 // is green, and runs until SIGINT or SIGTERM, then stops every JVM it
-// started. The first run of an engine downloads its jars into ~/.m2.
+// started. With --security DIR the cluster runs with TLS and users, and DIR
+// receives the CA, the users' passwords and a client certificate. The first run of an engine downloads its jars into ~/.m2.
 package main
 
 import (
@@ -48,6 +49,7 @@ func run() error {
 	heap := flag.String("heap", engines.DefaultHeap, "heap of each JVM")
 	dir := flag.String("dir", "", "directory for the nodes' data and logs (default: a temporary one, removed at exit)")
 	javaOpts := flag.String("java-opts", strings.Join(engines.DefaultJavaOpts, " "), "JVM options of each node, space-separated (\"\": the JVM's defaults)")
+	security := flag.String("security", "", "start the cluster secured (HTTPS, transport TLS, users, roles) and write the CA, passwords, client certificate and API key into this directory")
 	list := flag.Bool("list", false, "print the pinned engines and exit")
 	flag.Var(extra, "setting", "extra node setting key=value (repeatable)")
 	flag.Parse()
@@ -62,12 +64,16 @@ func run() error {
 	defer stop()
 	fmt.Fprintf(os.Stderr, "engines: starting %d node(s) of %s (the first run downloads its jars)\n", *nodes, *engine)
 	c, err := engines.Start(ctx, engines.Config{Engine: *engine, Nodes: *nodes, HTTPPort: *port, Heap: *heap, Dir: *dir, Settings: extra,
-		JavaOpts: strings.Fields(*javaOpts)})
+		JavaOpts: strings.Fields(*javaOpts), Security: *security})
 	if err != nil {
 		return err
 	}
 	for i := 0; i < c.Nodes(); i++ {
 		fmt.Fprintf(os.Stderr, "engines: %s at %s, log %s\n", c.NodeName(i), c.NodeURL(i), c.LogFile(i))
+	}
+	if c.Secured() {
+		fmt.Fprintf(os.Stderr, "engines: secured; in %s: %s, %s+%s, passwords of %s\n", c.SecurityDir(), engines.FileCA,
+			engines.FileClientCert, engines.FileClientKey, strings.Join(engines.Users(), ", "))
 	}
 	fmt.Printf("ready %s\n", c.URL())
 	<-ctx.Done()
