@@ -128,6 +128,11 @@ func prepare(ctx context.Context, e Engine, secure bool) (Classpath, error) {
 		}
 	}
 	cmd := exec.CommandContext(ctx, "mvn", args...)
+	if secure {
+		// Secured Elasticsearch compiles a plugin against the engine's
+		// jars, which may need a newer Java than Maven's default.
+		cmd.Env = append(os.Environ(), "JAVA_HOME="+javaHome)
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

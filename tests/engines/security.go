@@ -391,7 +391,9 @@ escf_status:
 // -Descf.plugins) on a secured node.
 var securityPluginClasses = map[string][]string{
 	"opensearch":    {"org.opensearch.security.OpenSearchSecurityPlugin"},
-	"elasticsearch": {"org.elasticsearch.xpack.core.XPackPlugin", "org.elasticsearch.xpack.security.Security"},
+	// SecurityAnalysisPlugin (the launcher's src/es-security): the
+	// .security index's analyzers, without which API keys fail.
+	"elasticsearch": {"org.elasticsearch.xpack.core.XPackPlugin", "org.elasticsearch.xpack.security.Security", "escf.engines.SecurityAnalysisPlugin"},
 }
 
 // do sends req as the admin when the cluster is secured.

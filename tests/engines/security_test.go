@@ -4,8 +4,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -83,5 +86,141 @@ func TestArtifactName(t *testing.T) {
 		if got := artifactName(tc.jar); got != tc.want {
 			t.Errorf("artifactName(%s) = %s, want %s", tc.jar, got, tc.want)
 		}
+	}
+}
+
+// secReq is one request to a secured cluster: auth is "" (none),
+// "user:password", or "ApiKey <encoded>"; cert a client certificate.
+type secReq struct {
+	client *http.Client
+	auth   string
+}
+
+func (r secReq) do(tb testing.TB, method, url, body string) (int, http.Header, []byte) {
+	tb.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key, ok := strings.CutPrefix(r.auth, "ApiKey "); ok {
+		req.Header.Set("Authorization", "ApiKey "+key)
+	} else if u, p, ok := strings.Cut(r.auth, ":"); ok {
+		req.SetBasicAuth(u, p)
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		tb.Fatalf("%s %s as %q: %v", method, url, strings.SplitN(r.auth, ":", 2)[0], err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b
+}
+
+// TestCluster_Secured starts a secured node (Config.Security) and checks
+// the engine's own answers: no credentials or a wrong password get 401
+// with a Basic challenge; the admin may do anything; the relay's user
+// reads, refreshes and monitors but may not create an index or write
+// (403); the bulk sink's user writes but may not read the source; the
+// client certificate authenticates as ClientCertUser; an API key (where
+// the engine has them) reads and may not write; plain http:// and a
+// client without the CA get no answer.
+func TestCluster_Secured(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sec")
+	c := StartTB(t, Config{Engine: testEngine(t), Security: dir})
+	if !strings.HasPrefix(c.URL(), "https://127.0.0.1:") {
+		t.Fatalf("URL %s, want https://127.0.0.1:…", c.URL())
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	as := func(user string) secReq {
+		return secReq{client: c.HTTPClient(), auth: user + ":" + read(PasswordFile(user))}
+	}
+	u := c.URL()
+	check := func(r secReq, method, path, body string, want int) []byte {
+		t.Helper()
+		st, _, b := r.do(t, method, u+path, body)
+		if st != want {
+			t.Errorf("%s %s as %q: HTTP %d, want %d: %s", method, path, strings.SplitN(r.auth, ":", 2)[0], st, want, b)
+		}
+		return b
+	}
+
+	anon := secReq{client: c.HTTPClient()}
+	st, h, b := anon.do(t, "GET", u+"/_cluster/health", "")
+	if st != http.StatusUnauthorized || !strings.Contains(h.Get("WWW-Authenticate"), "Basic") {
+		t.Errorf("no credentials: HTTP %d, WWW-Authenticate %q, want 401 with a Basic challenge: %s", st, h.Get("WWW-Authenticate"), b)
+	}
+	check(secReq{client: c.HTTPClient(), auth: UserRelay + ":wrong"}, "GET", "/_cluster/health", "", http.StatusUnauthorized)
+
+	admin, relay, bulk := as(UserAdmin), as(UserRelay), as(UserBulk)
+	check(admin, "PUT", "/sec-src", `{"settings":{"number_of_shards":1,"number_of_replicas":0}}`, http.StatusOK)
+	check(admin, "PUT", "/sec-src/_doc/1?refresh=true", `{"n":1}`, http.StatusCreated)
+
+	// The relay's calls (docs/SECURITY.md), and what it may not do.
+	check(relay, "GET", "/", "", http.StatusOK)
+	check(relay, "GET", "/_resolve/index/sec-*", "", http.StatusOK)
+	check(relay, "GET", "/sec-src/_settings", "", http.StatusOK)
+	check(relay, "GET", "/sec-src/_stats/get?level=shards", "", http.StatusOK)
+	check(relay, "GET", "/_cluster/state/metadata/sec-src", "", http.StatusOK)
+	check(relay, "GET", "/sec-src/_mapping", "", http.StatusOK)
+	check(relay, "POST", "/sec-src/_refresh", "", http.StatusOK)
+	if b := check(relay, "POST", "/sec-src/_search?preference=_shards:0", `{"seq_no_primary_term":true,"query":{"range":{"_seq_no":{"gt":-1}}}}`, http.StatusOK); !strings.Contains(string(b), `"_seq_no":0`) {
+		t.Errorf("the relay's search: %s, want the document with _seq_no 0", b)
+	}
+	check(relay, "PUT", "/sec-other", "", http.StatusForbidden)
+	check(relay, "PUT", "/sec-src/_doc/2", `{"n":2}`, http.StatusForbidden)
+
+	// The bulk sink writes, and does not read the source.
+	if b := check(bulk, "POST", "/_bulk", "{\"index\":{\"_index\":\"sec-copy\",\"_id\":\"1\",\"version\":5,\"version_type\":\"external\"}}\n{\"n\":1}\n", http.StatusOK); !strings.Contains(string(b), `"errors":false`) {
+		t.Errorf("the bulk user's _bulk: %s, want no errors", b)
+	}
+	check(bulk, "POST", "/sec-src/_search", `{}`, http.StatusForbidden)
+	check(as(UserStatus), "GET", "/sec-src/_stats/get?level=shards", "", http.StatusOK)
+	check(as(UserStatus), "POST", "/sec-src/_search", `{}`, http.StatusForbidden)
+
+	// The client certificate alone authenticates as ClientCertUser.
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, FileClientCert), filepath.Join(dir, FileClientKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := c.creds.tlsConfig()
+	tc.Certificates = []tls.Certificate{pair}
+	certOnly := secReq{client: &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}}
+	who := "/_plugins/_security/authinfo"
+	if c.Engine().Product == "elasticsearch" {
+		who = "/_security/_authenticate"
+	}
+	if b := check(certOnly, "GET", who, "", http.StatusOK); !regexp.MustCompile(`"user(_)?name":"` + ClientCertUser + `"`).Match(b) {
+		t.Errorf("GET %s with the client certificate: %s, want user %s", who, b, ClientCertUser)
+	}
+	check(certOnly, "POST", "/sec-src/_search", `{}`, http.StatusOK)
+	check(certOnly, "PUT", "/sec-src/_doc/3", `{"n":3}`, http.StatusForbidden)
+
+	if c.Engine().Product == "elasticsearch" {
+		key := secReq{client: c.HTTPClient(), auth: "ApiKey " + read(FileAPIKey)}
+		check(key, "POST", "/sec-src/_search", `{}`, http.StatusOK)
+		check(key, "PUT", "/sec-src/_doc/4", `{"n":4}`, http.StatusForbidden)
+	} else if _, err := os.Stat(filepath.Join(dir, FileAPIKey)); err == nil {
+		t.Errorf("%s has no API keys, yet %s was written", c.Engine(), FileAPIKey)
+	}
+
+	// No answer over plain HTTP, nor to a client without the CA.
+	plain := strings.Replace(u, "https://", "http://", 1)
+	if resp, err := http.Get(plain + "/"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode < 400 {
+			t.Errorf("GET %s/ over plain HTTP: HTTP %d", plain, resp.StatusCode)
+		}
+	}
+	if _, err := http.Get(u + "/"); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("GET %s/ without the CA: %v, want a certificate error", u, err)
 	}
 }
