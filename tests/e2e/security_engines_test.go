@@ -56,7 +56,8 @@ func adminDo(tb testing.TB, c *engines.Cluster, method, path, body string) []byt
 
 // TestCLI_SecuredRealEngine runs the binary against a real secured node,
 // each user with exactly its role of docs/SECURITY.md: the relay (with
-// --deletes) as escf-relay with a password file, with the client
+// --deletes: a document deleted on the cluster becomes a delete event) as
+// escf-relay with a password file, with the client
 // certificate alone, and with an API key where the engine has them;
 // status as escf-status; the bulk sink as escf-bulk. Then the failures:
 // a wrong password, no CA, plain http:// to the TLS port, and users that
@@ -79,11 +80,14 @@ func TestCLI_SecuredRealEngine(t *testing.T) {
 			"--feed", feedName, "--index", "secure", "--poll-interval", "20ms"}, extra...)
 	}
 	relayPW := []string{"--es-user", engines.UserRelay, "--es-password-file", sec(engines.PasswordFile(engines.UserRelay))}
+	// The relay as escf-relay runs through the whole test: deletes and
+	// status below are of its feed.
+	relay := startBinary(t, run("real-basic", append(relayPW, "--deletes", "--delete-scan-interval", "50ms")...)...)
+	waitMirrored(t, relay, srv, "real-basic", want)
 	tests := []struct {
 		name string
 		args []string
 	}{
-		{"relay user, password file, deletes", run("real-basic", append(relayPW, "--deletes", "--delete-scan-interval", "50ms")...)},
 		{"client certificate only", run("real-cert", "--es-client-cert", sec(engines.FileClientCert), "--es-client-key", sec(engines.FileClientKey))},
 	}
 	if c.Engine().Product == "elasticsearch" {
@@ -114,8 +118,8 @@ func TestCLI_SecuredRealEngine(t *testing.T) {
 			if deleted {
 				break
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no delete event for doc-0 in %s", stream)
+			if time.Now().After(deadline) || relay.cmd.ProcessState != nil {
+				t.Fatalf("no delete event for doc-0 in %s:\n%s", stream, relay.out)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
