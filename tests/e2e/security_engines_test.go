@@ -18,13 +18,18 @@ import (
 // (engines.Config.Security), stopped when the test ends, and returns it
 // with its security directory. Without ESCF_TEST_ENGINE the test skips
 // (TestCLI_SecuredCluster and TestCLI_SecurityErrors run the same paths on
-// the emulator); an engine without a security plugin on Maven Central
-// (elasticsearch-7) fails with the list of those that have one.
+// the emulator), and so does an engine without a security plugin on Maven
+// Central (elasticsearch-7).
 func securedEngine(tb testing.TB) (*engines.Cluster, string) {
 	tb.Helper()
 	name := testEngineName()
 	if name == "" {
 		tb.Skip("needs a real secured node: set ESCF_TEST_ENGINE (make test does, for " + engines.DefaultEngine + ")")
+	}
+	if !engines.HasSecurity(name) {
+		// Elasticsearch 7.17: no x-pack-security on Maven Central (issue 25
+		// plans a TLS proxy there, which tests the client only).
+		tb.Skipf("%s has no security plugin on Maven Central; the emulator's TestCLI_SecuredCluster covers the client", name)
 	}
 	dir := filepath.Join(tb.TempDir(), "sec")
 	c := engines.StartTB(tb, engines.Config{Engine: name, Security: dir})

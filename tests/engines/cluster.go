@@ -81,6 +81,11 @@ func (c Config) Validate() error {
 	if c.Nodes < 1 || c.Nodes > 9 {
 		return fmt.Errorf("engines: Nodes %d: want 1 to 9", c.Nodes)
 	}
+	if e, _ := Lookup(c.Engine); c.Security != "" {
+		if _, err := securityOf(e); err != nil {
+			return fmt.Errorf("engines: Security: %w", err)
+		}
+	}
 	if c.HTTPPort < 0 || c.HTTPPort+c.Nodes > 65535 {
 		return fmt.Errorf("engines: HTTPPort %d: want 0 (free ports) or a port below %d", c.HTTPPort, 65535-c.Nodes)
 	}

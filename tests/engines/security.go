@@ -79,6 +79,17 @@ var securityPlugins = map[string]securityPlugin{
 	"elasticsearch-9": {},
 }
 
+// HasSecurity reports whether the engine called name can start secured
+// (Config.Security): its security plugin is on Maven Central.
+func HasSecurity(name string) bool {
+	e, err := Lookup(name)
+	if err != nil {
+		return false
+	}
+	_, ok := securityPlugins[e.Name]
+	return ok
+}
+
 func securityOf(e Engine) (securityPlugin, error) {
 	p, ok := securityPlugins[e.Name]
 	if !ok {
@@ -88,7 +99,7 @@ func securityOf(e Engine) (securityPlugin, error) {
 				have = append(have, n)
 			}
 		}
-		return p, fmt.Errorf("engines: %s has no security plugin on Maven Central: security runs on %s", e.Name, strings.Join(have, ", "))
+		return p, fmt.Errorf("%s has no security plugin on Maven Central: security runs on %s", e.Name, strings.Join(have, ", "))
 	}
 	return p, nil
 }
@@ -390,7 +401,7 @@ escf_status:
 // securityPluginClasses are loaded as classpath plugins (the launcher's
 // -Descf.plugins) on a secured node.
 var securityPluginClasses = map[string][]string{
-	"opensearch":    {"org.opensearch.security.OpenSearchSecurityPlugin"},
+	"opensearch": {"org.opensearch.security.OpenSearchSecurityPlugin"},
 	// SecurityAnalysisPlugin (the launcher's src/es-security): the
 	// .security index's analyzers, without which API keys fail.
 	"elasticsearch": {"org.elasticsearch.xpack.core.XPackPlugin", "org.elasticsearch.xpack.security.Security", "escf.engines.SecurityAnalysisPlugin"},
