@@ -444,7 +444,7 @@ const compatTail = `## What the embedded engines cannot do, and why
 These are limits of running the engines from Maven Central's jars, not of the feed:
 
 - **Elasticsearch 8.x and 9.x: ` + "`GET /`" + `.** The root endpoint lives in the ` + "`rest-root`" + ` module, which Elastic
-  does not publish to Maven Central (nor ` + "`data-streams`" + `, ` + "`reindex`" + `, ` + "`x-pack-fleet`" + `, ` + "`x-pack-security`" + `).
+  does not publish to Maven Central (nor ` + "`data-streams`" + `, ` + "`reindex`" + `, ` + "`x-pack-fleet`" + `).
   The launcher serves ` + "`GET /`" + ` from the node's own build and cluster state so that clients can read the
   version; it is the only answer of these nodes that is not the engine's own, and its golden response is
   not compared.
@@ -453,9 +453,11 @@ These are limits of running the engines from Maven Central's jars, not of the fe
   (the module) answer 405, so tests delete the backing indices' data stream by deleting the cluster. On 7.17
   the template's ` + "`data_stream`" + ` field itself is unknown without the x-pack data-streams plugin: data stream
   tests skip there.
-- **Security (TLS, users, API keys).** Neither Elasticsearch's x-pack security nor the OpenSearch security
-  plugin runs from these jars; the TLS, password and API-key tests run on the emulator, and on a secured
-  cluster of your own with ` + "`ESCF_TEST_ES_URL`" + ` (docs/SECURITY.md).
+- **Security (TLS, users, API keys).** OpenSearch's security plugin (2.19.4.0, 3.4.0.0) and Elasticsearch's
+  x-pack security (8.x, 9.x) run from Maven Central's jars: ` + "`tests/engines`" + ` starts a node secured
+  (` + "`--security DIR`" + `, tests/engines/README.md) and ` + "`TestCLI_SecuredRealEngine`" + ` runs the relay, ` + "`status`" + ` and
+  the bulk sink on it with docs/SECURITY.md's roles. Elasticsearch 7.17 has no security jar on Central: its
+  TLS, password and API-key tests run on the emulator only.
 - **` + "`_fleet/global_checkpoints`" + `** (x-pack) is not there either.
 `
 
