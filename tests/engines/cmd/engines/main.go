@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -72,8 +73,15 @@ func run() error {
 		fmt.Fprintf(os.Stderr, "engines: %s at %s, log %s\n", c.NodeName(i), c.NodeURL(i), c.LogFile(i))
 	}
 	if c.Secured() {
-		fmt.Fprintf(os.Stderr, "engines: secured; in %s: %s, %s+%s, passwords of %s\n", c.SecurityDir(), engines.FileCA,
-			engines.FileClientCert, engines.FileClientKey, strings.Join(engines.Users(), ", "))
+		files := []string{engines.FileCA, engines.FileClientCert, engines.FileClientKey}
+		for _, u := range engines.Users() {
+			files = append(files, engines.PasswordFile(u))
+		}
+		if _, err := os.Stat(filepath.Join(c.SecurityDir(), engines.FileAPIKey)); err == nil {
+			files = append(files, engines.FileAPIKey)
+		}
+		fmt.Fprintf(os.Stderr, "engines: secured; in %s: %s (users %s)\n", c.SecurityDir(), strings.Join(files, ", "),
+			strings.Join(engines.Users(), ", "))
 	}
 	fmt.Printf("ready %s\n", c.URL())
 	<-ctx.Done()
