@@ -19,13 +19,20 @@ const K = redisx.RangeSize
 // scanError builds the errors of one scan: logged, and wrapping ErrAborted
 // and whatever format's %w names (es.ErrPrimaryChanged).
 type scanError struct {
+	ctx context.Context
 	sh  Shard
 	log *slog.Logger
 }
 
 func (e scanError) abort(format string, args ...any) error {
 	reason := fmt.Errorf(format, args...)
-	e.log.Warn("delete scan aborted; it runs again next round", logkey.Reason, reason.Error())
+	if e.ctx.Err() != nil {
+		// Stopping (the relay lost its lease or was told to stop): no
+		// trouble to warn about.
+		e.log.Debug("delete scan stopped", logkey.Reason, reason.Error())
+	} else {
+		e.log.Warn("delete scan aborted; it runs again next round", logkey.Reason, reason.Error())
+	}
 	return fmt.Errorf("%w: shard %d of %s: %w", ErrAborted, e.sh.Shard, e.sh.Index, reason)
 }
 
@@ -35,7 +42,7 @@ func (s *Scanner) scan(ctx context.Context, sh Shard) (Result, error) {
 	// cluster.
 	ec := s.cfg.ES.Pin()
 	log := s.log.With(logkey.Index, sh.Index, logkey.Shard, sh.Shard)
-	fail := scanError{sh: sh, log: log}
+	fail := scanError{ctx: ctx, sh: sh, log: log}
 	id := sh.id()
 	k := s.cfg.Keys
 	legacy, err := s.cfg.Client.SCard(ctx, k.Delivered(sh.UUID, sh.Shard)).Result()
