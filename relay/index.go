@@ -107,6 +107,9 @@ func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) e
 		if err == nil {
 			r.sayOpen(name, note)
 		}
+		if err != nil && ctx.Err() != nil {
+			return nil // stopping: a round cut short is no failure
+		}
 		if err != nil {
 			r.m.countError(err)
 			cur.loaded, cur.late = false, false // the retry reads again
