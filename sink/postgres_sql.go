@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/redisx"
@@ -290,6 +291,11 @@ func (s *Postgres) ensureState(ctx context.Context) error {
 		}
 		return nil
 	})
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "3F000" {
+		return redisx.Permanent(fmt.Errorf("create the sink's tables in schema %s: %w (create it: CREATE SCHEMA %s; or pass another schema)",
+			s.cfg.Schema, err, pgx.Identifier{s.cfg.Schema}.Sanitize()))
+	}
 	if err != nil {
 		return fmt.Errorf("create the sink's tables in schema %s: %w", s.cfg.Schema, err)
 	}
