@@ -18,6 +18,7 @@ import (
 
 	"github.com/es-changefeed/es-changefeed/deletes"
 	"github.com/es-changefeed/es-changefeed/internal/esemu"
+	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/sink"
 	"github.com/es-changefeed/es-changefeed/tests/pgtest"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
@@ -226,4 +227,69 @@ func TestReliability_PostgresSink(t *testing.T) {
 		Lost: lost + a.Lost, Duplicated: a.Duplicated, Wrong: a.Wrong,
 		Note: fmt.Sprintf("%d writes; %d consumer SIGKILLs, %d PostgreSQL SIGKILL+restarts; %d entries left pending by killed consumers and redelivered; %d delete events; %d dead letters",
 			ops, kills, pgRestarts, leftPending, deletesSeen, dead)})
+}
+
+// TestBootstrap_PostgresAfterHistoryLost: a `consume --sink postgres`
+// runs, stops; 4 writers go on indexing, updating and deleting (custom
+// routing); the stream is trimmed to a tenth, past the group. consume
+// refuses the group (history lost); consume --bootstrap, with the writers
+// still writing, copies the cluster's documents into the table, deletes
+// the rows the source no longer has (their deletes were trimmed), moves
+// the group and follows on: the table ends exactly the index.
+func TestBootstrap_PostgresAfterHistoryLost(t *testing.T) {
+	c := esCluster(t, esemu.Config{Nodes: 3, OutOfOrder: true, MaxCompletionDelay: 3 * time.Millisecond})
+	ix := c.Index("pgreinit")
+	createIndex(t, c, ix, 3, 0)
+	srv := redistest.Start(t)
+	pg := pgtest.Start(t)
+	pool := pg.Pool(t, "postgres")
+	relayP := startBinary(t, relayArgs(c, srv.URL(), "pgreinit", ix, "--deletes", "--delete-scan-interval", "300ms")...)
+	defer relayP.kill()
+	f := binaryFeed(t, srv, "pgreinit")
+	ctx := context.Background()
+	consume := func(extra ...string) *proc {
+		args := append([]string{"consume", "--redis", srv.URL(), "--feed", "pgreinit", "--group", "sql",
+			"--sink", "postgres", "--postgres-url", pg.URL("postgres"), "--workers", "64", "--log-level", "warn", "--wait-for-feed", "1m"}, extra...)
+		return startBinary(t, args...)
+	}
+	stopWriters := startWriters(t, c, ix, 4, 78, true, true)
+	m := consume()
+	waitStream(t, f, 300, time.Minute)
+	stopGracefully(t, m, "the postgres consumer")
+	table := sink.PostgresTableName("escf_" + ix)
+	before := len(pgRows(t, pool, table))
+
+	target := f.rdb.XLen(ctx, f.keys.Events()).Val() + 400
+	waitStream(t, f, target, 2*time.Minute)
+	n := f.rdb.XLen(ctx, f.keys.Events()).Val()
+	f.rdb.XTrimMaxLen(ctx, f.keys.Events(), n/10)
+	refused := consume()
+	if code := waitExit(t, refused, 30*time.Second); code != 1 || !strings.Contains(refused.out.String(), "history lost") {
+		t.Fatalf("consume of the trimmed group exited %d, want 1 with history lost:\n%s", code, refused.out)
+	}
+
+	b := consume(append([]string{"--bootstrap"}, inspect(c).cliArgs()...)...)
+	time.Sleep(3 * time.Second) // writers go on during and after the copy
+	ws := stopWriters()
+	ops, failed := writerOps(ws)
+	waitCaughtUp(t, c, f.store, []string{ix}, time.Minute)
+	waitGroupDone(t, f.rdb, f.keys.Events(), "sql", 2*time.Minute)
+	diff, _, docs := waitPostgresMirror(t, c, pool, ix, table, 30*time.Second)
+	stopGracefully(t, b, "consume --bootstrap")
+	if diff != "" {
+		t.Fatalf("the re-initialized table differs from the index:\n%s\nconsume --bootstrap:\n%s", diff, tail(b.out.String(), 30))
+	}
+	_, g, _, err := redisx.ReadGroup(ctx, f.rdb, f.keys.Events(), "sql")
+	if err != nil || g.HistoryLost() {
+		t.Fatalf("group after the bootstrap: %+v, %v; want healthy", g, err)
+	}
+	var lead string
+	if err := pool.QueryRow(ctx, "SELECT lead FROM public.escf__applied WHERE stream = $1 AND consumer_group = 'sql'", f.keys.Events()).Scan(&lead); err != nil || lead == "" {
+		t.Fatalf("applied position after the bootstrap: %q, %v", lead, err)
+	}
+	t.Logf("%d writes (%d failed or unanswered); %d rows when the consumer stopped; stream trimmed from %d to %d entries; the table holds exactly the index's %d documents",
+		ops, failed, before, n, n/10, docs)
+	record(t, figure{Scenario: "consume --bootstrap re-initializes a postgres table after the stream was trimmed to a tenth past it, 4 writers on",
+		Faults: 1, Entries: int(n), Docs: docs,
+		Note: fmt.Sprintf("%d writes; the consumer refused first (history lost), exact after --bootstrap", ops)})
 }
