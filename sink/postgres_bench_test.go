@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -42,82 +43,131 @@ func BenchmarkPostgres(b *testing.B) {
 	}
 	for _, lanes := range []int{8, 64, 256, 1000, 2000} {
 		b.Run(fmt.Sprintf("sink/lanes=%d", lanes), func(b *testing.B) {
-			schema, keys := rig.schema(b, "u1")
-			s := rig.sink(b, sink.PostgresConfig{Schema: schema, Keys: keys})
-			h := s.Handler()
-			pgHandle(b, h, pgEvent(redisx.OpUpsert, "u1", "warm-up", "", 0)) // creates the table
+			s, h := pgBenchSink(b, rig)
 			b.ResetTimer()
 			start := time.Now()
 			for pass := range b.N {
-				var wg sync.WaitGroup
-				errs := make(chan error, lanes)
-				for l := range lanes {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for i := l; i < pgBenchDocs; i += lanes {
-							seq := int64(pass*pgBenchDocs + i)
-							e := redisx.Event{StreamID: fmt.Sprintf("%d-0", seq+1), Op: redisx.OpUpsert, Index: "orders", IndexUUID: "u1",
-								Shard: i % 3, ID: fmt.Sprintf("d%d", i), SeqNo: seq, PrimaryTerm: 1, Version: seq + 1, Source: pgBenchSource(i, pass)}
-							if err := h(context.Background(), e); err != nil {
-								errs <- err
-								return
-							}
-						}
-					}()
-				}
-				wg.Wait()
-				close(errs)
-				for err := range errs {
-					b.Fatal(err)
-				}
+				pgBenchSinkPass(b, h, lanes, pass)
 			}
-			elapsed := time.Since(start)
-			b.ReportMetric(float64(b.N*pgBenchDocs)/elapsed.Seconds(), "events/s")
+			b.ReportMetric(float64(b.N*pgBenchDocs)/time.Since(start).Seconds(), "events/s")
 			st := s.Stats()
 			b.ReportMetric(float64(st.Events)/float64(st.Transactions), "events/tx")
 		})
+	}
+	// interleaved: a pass of the loop (batch 500), then one of the sink
+	// (1,000 lanes: about 500 events per transaction), alternately, so
+	// that both see the same load of a shared machine; reports the median
+	// of the per-pair ratios.
+	b.Run("interleaved", func(b *testing.B) {
+		loop := pgBenchLoopTable(b, rig)
+		_, h := pgBenchSink(b, rig)
+		var ratios []float64
+		var loopT, sinkT time.Duration
+		b.ResetTimer()
+		for pass := range b.N {
+			t0 := time.Now()
+			pgBenchLoopPass(b, rig, loop, 500, pass)
+			t1 := time.Now()
+			pgBenchSinkPass(b, h, 1000, pass)
+			t2 := time.Now()
+			loopT += t1.Sub(t0)
+			sinkT += t2.Sub(t1)
+			ratios = append(ratios, t1.Sub(t0).Seconds()/t2.Sub(t1).Seconds())
+		}
+		slices.Sort(ratios)
+		b.ReportMetric(float64(b.N*pgBenchDocs)/loopT.Seconds(), "loop-events/s")
+		b.ReportMetric(float64(b.N*pgBenchDocs)/sinkT.Seconds(), "sink-events/s")
+		b.ReportMetric(ratios[len(ratios)/2], "sink/loop")
+	})
+}
+
+// pgBenchSink is a sink on a fresh schema, its table created.
+func pgBenchSink(b *testing.B, rig *pgRig) (*sink.Postgres, redisx.Handler) {
+	schema, keys := rig.schema(b, "u1")
+	s := rig.sink(b, sink.PostgresConfig{Schema: schema, Keys: keys})
+	h := s.Handler()
+	pgHandle(b, h, pgEvent(redisx.OpUpsert, "u1", "warm-up", "", 0)) // creates the table
+	return s, h
+}
+
+// pgBenchSinkPass writes pgBenchDocs documents through h from lanes
+// goroutines, one event in flight each.
+func pgBenchSinkPass(b *testing.B, h redisx.Handler, lanes, pass int) {
+	var wg sync.WaitGroup
+	errs := make(chan error, lanes)
+	for l := range lanes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := l; i < pgBenchDocs; i += lanes {
+				seq := int64(pass*pgBenchDocs + i)
+				e := redisx.Event{StreamID: fmt.Sprintf("%d-0", seq+1), Op: redisx.OpUpsert, Index: "orders", IndexUUID: "u1",
+					Shard: i % 3, ID: fmt.Sprintf("d%d", i), SeqNo: seq, PrimaryTerm: 1, Version: seq + 1, Source: pgBenchSource(i, pass)}
+				if err := h(context.Background(), e); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
 	}
 }
 
 // pgBenchLoop is BenchmarkPostgres's hand-written loop, in transactions
 // of batch rows.
 func pgBenchLoop(b *testing.B, rig *pgRig, batch int) {
+	q := pgBenchLoopTable(b, rig)
+	b.ResetTimer()
+	start := time.Now()
+	for pass := range b.N {
+		pgBenchLoopPass(b, rig, q, batch, pass)
+	}
+	b.ReportMetric(float64(b.N*pgBenchDocs)/time.Since(start).Seconds(), "events/s")
+}
+
+// pgBenchLoopTable creates the loop's table (the sink's columns and key)
+// in a fresh schema and returns its quoted name.
+func pgBenchLoopTable(b *testing.B, rig *pgRig) string {
 	schema, _ := rig.schema(b, "u1")
-	ctx := context.Background()
 	q := pgx.Identifier{schema, "escf_orders"}.Sanitize()
-	if _, err := rig.direct.Exec(ctx, "CREATE TABLE "+q+" (id text NOT NULL, routing text NOT NULL DEFAULT '', source jsonb NOT NULL, "+
+	if _, err := rig.direct.Exec(context.Background(), "CREATE TABLE "+q+" (id text NOT NULL, routing text NOT NULL DEFAULT '', source jsonb NOT NULL, "+
 		"seq_no bigint NOT NULL, primary_term bigint NOT NULL, version bigint NOT NULL, index_uuid text NOT NULL, shard int NOT NULL, "+
 		"updated_at timestamptz NOT NULL, PRIMARY KEY (id, routing))"); err != nil {
 		b.Fatal(err)
 	}
-	b.ResetTimer()
-	start := time.Now()
-	for pass := range b.N {
-		for lo := 0; lo < pgBenchDocs; lo += batch {
-			var sb strings.Builder
-			sb.WriteString("INSERT INTO " + q + " AS t (id, routing, source, seq_no, primary_term, version, index_uuid, shard, updated_at) VALUES ")
-			args := make([]any, 0, 8*batch)
-			for i := lo; i < lo+batch; i++ {
-				if i > lo {
-					sb.WriteByte(',')
-				}
-				n := len(args)
-				fmt.Fprintf(&sb, "($%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, now())", n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8)
-				seq := int64(pass*pgBenchDocs + i)
-				args = append(args, fmt.Sprintf("d%d", i), "", string(pgBenchSource(i, pass)), seq, int64(1), seq+1, "u1", int32(i%3))
+	return q
+}
+
+// pgBenchLoopPass writes pgBenchDocs documents into table q, batch rows
+// per transaction: one multi-row INSERT … ON CONFLICT each.
+func pgBenchLoopPass(b *testing.B, rig *pgRig, q string, batch, pass int) {
+	ctx := context.Background()
+	for lo := 0; lo < pgBenchDocs; lo += batch {
+		var sb strings.Builder
+		sb.WriteString("INSERT INTO " + q + " AS t (id, routing, source, seq_no, primary_term, version, index_uuid, shard, updated_at) VALUES ")
+		args := make([]any, 0, 8*batch)
+		for i := lo; i < lo+batch; i++ {
+			if i > lo {
+				sb.WriteByte(',')
 			}
-			sb.WriteString(" ON CONFLICT (id, routing) DO UPDATE SET source = EXCLUDED.source, seq_no = EXCLUDED.seq_no, " +
-				"primary_term = EXCLUDED.primary_term, version = EXCLUDED.version, index_uuid = EXCLUDED.index_uuid, shard = EXCLUDED.shard, " +
-				"updated_at = EXCLUDED.updated_at WHERE t.seq_no < EXCLUDED.seq_no")
-			err := pgx.BeginFunc(ctx, rig.direct, func(tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, sb.String(), args...)
-				return err
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
+			n := len(args)
+			fmt.Fprintf(&sb, "($%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, now())", n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8)
+			seq := int64(pass*pgBenchDocs + i)
+			args = append(args, fmt.Sprintf("d%d", i), "", string(pgBenchSource(i, pass)), seq, int64(1), seq+1, "u1", int32(i%3))
+		}
+		sb.WriteString(" ON CONFLICT (id, routing) DO UPDATE SET source = EXCLUDED.source, seq_no = EXCLUDED.seq_no, " +
+			"primary_term = EXCLUDED.primary_term, version = EXCLUDED.version, index_uuid = EXCLUDED.index_uuid, shard = EXCLUDED.shard, " +
+			"updated_at = EXCLUDED.updated_at WHERE t.seq_no < EXCLUDED.seq_no")
+		err := pgx.BeginFunc(ctx, rig.direct, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, sb.String(), args...)
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(b.N*pgBenchDocs)/time.Since(start).Seconds(), "events/s")
 }
