@@ -439,6 +439,30 @@ func TestPostgres_Table(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a name over 63 bytes", func(t *testing.T) {
+		// Two indices that differ only past PostgreSQL's 63 bytes: without
+		// the hashed suffix PostgreSQL would cut both names to one table.
+		schema, keys := rig.schema(t, "u1", "u2")
+		s := rig.sink(t, sink.PostgresConfig{Schema: schema, Keys: keys})
+		long := "logs-" + strings.Repeat("x", 60)
+		a := pgEvent(redisx.OpUpsert, "u1", "a", "", 1)
+		a.Index = long + "-a"
+		b := pgEvent(redisx.OpUpsert, "u2", "b", "", 1)
+		b.Index = long + "-b"
+		pgHandle(t, s.Handler(), a, b)
+		for _, e := range []redisx.Event{a, b} {
+			table := sink.PostgresTableName("escf_" + e.Index)
+			if len(table) != sink.PostgresMaxName {
+				t.Fatalf("table of %s: %q, want %d bytes", e.Index, table, sink.PostgresMaxName)
+			}
+			if !rig.row(t, schema, table, e.ID, "").found {
+				t.Fatalf("no row %s in table %s", e.ID, table)
+			}
+			if rig.row(t, schema, table, map[string]string{"a": "b", "b": "a"}[e.ID], "").found {
+				t.Fatalf("table %s holds the other index's document", table)
+			}
+		}
+	})
 	t.Run("two indices, one safe name", func(t *testing.T) {
 		schema, keys := rig.schema(t, "u1", "u2")
 		s := rig.sink(t, sink.PostgresConfig{Schema: schema, Keys: keys})
