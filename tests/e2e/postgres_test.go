@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/es-changefeed/es-changefeed/deletes"
 	"github.com/es-changefeed/es-changefeed/internal/esemu"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/sink"
@@ -127,20 +126,20 @@ func waitPostgresMirror(tb testing.TB, src backend, pool *pgxpool.Pool, index, t
 	}
 }
 
-// TestReliability_PostgresSink: the relay (with --deletes) and 3
+// TestReliability_PostgresSink: the relay binary (with --deletes) and 3
 // `consume --sink postgres` processes keep a PostgreSQL table equal to an
 // index while 4 writers index, update and delete documents with custom
-// routing; consumer processes are SIGKILLed at random and restarted, and
-// PostgreSQL itself is killed (SIGKILL, recovering from its WAL) and
+// routing; consumer processes and the relay are SIGKILLed at random and
+// restarted, and PostgreSQL itself is killed (SIGKILL, recovering from its WAL) and
 // started again mid-run. Afterwards the table equals the index (every
 // document's row with its source, seq_no, uuid and shard; no other row),
 // nothing is pending or dead-lettered, and the applied position is
 // recorded in escf__applied.
 func TestReliability_PostgresSink(t *testing.T) {
 	t.Parallel()
-	d, kills, pgRestarts := 10*time.Second, 12, 2
+	d, kills, relayKills, pgRestarts := 10*time.Second, 12, 4, 2
 	if testing.Short() {
-		d, kills, pgRestarts = 4*time.Second, 4, 1
+		d, kills, relayKills, pgRestarts = 4*time.Second, 4, 2, 1
 	}
 	src := esCluster(t, esemu.Config{Nodes: 2, OutOfOrder: true})
 	ix := src.Index("orders")
@@ -149,9 +148,9 @@ func TestReliability_PostgresSink(t *testing.T) {
 	rdb := srv.Client(t)
 	pg := pgtest.Start(t)
 	pool := pg.Pool(t, "postgres")
-	f := startRelayDeletes(t, src, srv.URL(), "pgshop", []string{ix}, func(dc *deletes.Config) {
-		dc.Interval = 200 * time.Millisecond
-	}, nil)
+	relayCmd := relayArgs(src, srv.URL(), "pgshop", ix, "--deletes", "--delete-scan-interval", "200ms")
+	relayP := startBinary(t, relayCmd...)
+	f := binaryFeed(t, srv, "pgshop")
 	procs := make([]*proc, 3)
 	name := func(i int) string { return fmt.Sprintf("pg%d", i) }
 	start := func(i int) *proc {
@@ -162,10 +161,15 @@ func TestReliability_PostgresSink(t *testing.T) {
 	}
 	stopWriters := startWriters(t, src, ix, 4, 28, true, false)
 	rng := rand.New(rand.NewPCG(28, 28))
-	steps := kills + pgRestarts
-	restartAt := map[int]bool{}
+	steps := kills + relayKills + pgRestarts
+	restartAt, relayAt := map[int]bool{}, map[int]bool{}
 	for len(restartAt) < pgRestarts {
 		restartAt[1+rng.IntN(steps-1)] = true
+	}
+	for len(relayAt) < relayKills {
+		if k := rng.IntN(steps); !restartAt[k] {
+			relayAt[k] = true
+		}
 	}
 	interval := d / time.Duration(steps+1)
 	leftPending := 0
@@ -177,6 +181,11 @@ func TestReliability_PostgresSink(t *testing.T) {
 			pg.Stop()
 			time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
 			pg.StartAgain()
+			continue
+		}
+		if relayAt[k] {
+			relayP.kill()
+			relayP = startBinary(t, relayCmd...)
 			continue
 		}
 		i := rng.IntN(len(procs))
@@ -220,13 +229,14 @@ func TestReliability_PostgresSink(t *testing.T) {
 	} else if err != nil {
 		t.Fatal(err)
 	}
+	relayP.kill()
 	for _, p := range procs {
 		_ = p.cmd.Process.Signal(os.Interrupt)
 	}
-	record(t, figure{Scenario: "consumer SIGKILL + PostgreSQL restarts, 3 consumers, postgres sink", Faults: kills + pgRestarts, Entries: a.Entries, Docs: docs,
+	record(t, figure{Scenario: "relay and consumer SIGKILLs + PostgreSQL restarts, 3 consumers, postgres sink", Faults: kills + relayKills + pgRestarts, Entries: a.Entries, Docs: docs,
 		Lost: lost + a.Lost, Duplicated: a.Duplicated, Wrong: a.Wrong,
-		Note: fmt.Sprintf("%d writes; %d consumer SIGKILLs, %d PostgreSQL SIGKILL+restarts; %d entries left pending by killed consumers and redelivered; %d delete events; %d dead letters",
-			ops, kills, pgRestarts, leftPending, deletesSeen, dead)})
+		Note: fmt.Sprintf("%d writes; %d consumer SIGKILLs, %d relay SIGKILLs, %d PostgreSQL SIGKILL+restarts; %d entries left pending by killed consumers and redelivered; %d delete events; %d dead letters",
+			ops, kills, relayKills, pgRestarts, leftPending, deletesSeen, dead)})
 }
 
 // TestBootstrap_PostgresAfterHistoryLost: a `consume --sink postgres`
