@@ -249,6 +249,7 @@ type Postgres struct {
 	lastPurge time.Time
 
 	transactions, events, refused, retries atomic.Int64
+	handlerOutage                          atomic.Bool // a handler's own statements are failing (retrying)
 }
 
 // pgItem is one document event waiting for its batch.
@@ -316,7 +317,7 @@ func (s *Postgres) handle(ctx context.Context, e redisx.Event) error {
 		if e.IndexUUID == "" || e.Index == "" {
 			return nil
 		}
-		if err := s.endIndex(ctx, e); err != nil {
+		if err := s.retrying(ctx, func() error { return s.endIndex(ctx, e) }); err != nil {
 			return fmt.Errorf("postgres sink: %s %s: %w", e.Op, e.Index, err)
 		}
 		return nil
@@ -368,7 +369,12 @@ func (s *Postgres) prepare(ctx context.Context, e redisx.Event) (*pgItem, error)
 	if err != nil {
 		return nil, redisx.Permanent(err)
 	}
-	ended, err := s.ensureTable(ctx, table, e.Index, e.IndexUUID)
+	var ended bool
+	err = s.retrying(ctx, func() error {
+		var err error
+		ended, err = s.ensureTable(ctx, table, e.Index, e.IndexUUID)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -527,6 +533,42 @@ func (s *Postgres) applyRetrying(ctx context.Context, items []*pgItem) error {
 		case <-ctx.Done():
 			t.Stop()
 			return fmt.Errorf("%w (applying %d events: %v)", ctx.Err(), len(items), err)
+		case <-t.C:
+		}
+	}
+}
+
+// retrying runs fn, a handler's own statements (creating or checking a
+// table, ending an index), again and again with backoff while it fails for
+// a reason worth retrying (pgTransient), until it succeeds, fails for
+// another reason, or ctx ends: a handler's error would count as a delivery
+// of its event, and an outage longer than the consumer's retries would
+// dead-letter (acknowledge) an event that was never applied. The first
+// failure of an outage is logged once for all handlers.
+func (s *Postgres) retrying(ctx context.Context, fn func() error) error {
+	bo := backoff.Backoff{Min: s.cfg.RetryBackoff, Max: s.cfg.MaxRetryBackoff}
+	for {
+		err := fn()
+		if err == nil {
+			if s.handlerOutage.CompareAndSwap(true, false) {
+				s.log.Info("PostgreSQL answers the handlers again")
+			}
+			return nil
+		}
+		if redisx.IsPermanent(err) || !pgTransient(err) || ctx.Err() != nil {
+			return err
+		}
+		s.retries.Add(1)
+		d := bo.Next()
+		if s.handlerOutage.CompareAndSwap(false, true) {
+			s.log.Warn("cannot create or check a table; retrying until PostgreSQL answers (the events stay pending meanwhile)",
+				logkey.Error, err.Error(), logkey.RetryIn, d.String())
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
 		case <-t.C:
 		}
 	}

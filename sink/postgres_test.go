@@ -72,7 +72,13 @@ func (r *pgRig) sink(tb testing.TB, cfg sink.PostgresConfig) *sink.Postgres {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { _ = s.Close(context.Background()) })
+	tb.Cleanup(func() {
+		// Bounded: a test that failed with PostgreSQL stopped leaves a
+		// batch retrying; Close then cancels it.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Close(ctx)
+	})
 	return s
 }
 
@@ -518,15 +524,17 @@ func TestPostgres_IndexDeleted(t *testing.T) {
 }
 
 // TestPostgres_Outage: while PostgreSQL is down a handler waits (retrying
-// with backoff) and returns nil only once its batch committed after the
-// restart; a handler whose ctx ends first returns a retryable error (its
+// with backoff) and returns nil only once its batch (or the creation of
+// its table, or its index's end) committed after the restart; a handler whose ctx ends first returns a retryable error (its
 // event stays pending).
 func TestPostgres_Outage(t *testing.T) {
 	rig := newPgRig(t)
-	schema, keys := rig.schema(t, "u1")
+	schema, keys := rig.schema(t, "u1", "u2", "u3")
 	s := rig.sink(t, sink.PostgresConfig{URL: rig.pg.URL("postgres"), Schema: schema, Keys: keys, MaxRetryBackoff: 200 * time.Millisecond})
 	h := s.Handler()
-	pgHandle(t, h, pgEvent(redisx.OpUpsert, "u1", "before", "", 1))
+	ending := pgEvent(redisx.OpUpsert, "u3", "gone", "", 1)
+	ending.Index = "ending"
+	pgHandle(t, h, pgEvent(redisx.OpUpsert, "u1", "before", "", 1), ending)
 	rig.pg.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	err := h(ctx, pgEvent(redisx.OpUpsert, "u1", "given-up", "", 1))
@@ -534,25 +542,41 @@ func TestPostgres_Outage(t *testing.T) {
 	if err == nil || redisx.IsPermanent(err) {
 		t.Fatalf("handler with PostgreSQL down and its ctx ending: %v, want a retryable error", err)
 	}
-	waited := make(chan error, 1)
-	go func() { waited <- h(context.Background(), pgEvent(redisx.OpUpsert, "u1", "waited", "", 1)) }()
+	// Three handlers wait: an event of a table the sink knows (its batch
+	// is retried), the first event of a table it has not created yet, and
+	// an index_deleted (the handlers' own statements are retried: an
+	// error would count as a delivery, and enough of them would
+	// dead-letter the event unapplied).
+	fresh := pgEvent(redisx.OpUpsert, "u2", "first", "", 1)
+	fresh.Index = "fresh"
+	end := redisx.Event{StreamID: "9-0", Op: redisx.OpIndexDeleted, Index: "ending", IndexUUID: "u3", Target: "ending"}
+	waiting := []redisx.Event{pgEvent(redisx.OpUpsert, "u1", "waited", "", 1), fresh, end}
+	waited := make(chan error, len(waiting))
+	for _, e := range waiting {
+		go func() { waited <- h(context.Background(), e) }()
+	}
 	time.Sleep(time.Second)
 	select {
 	case err := <-waited:
-		t.Fatalf("handler returned %v while PostgreSQL was down", err)
+		t.Fatalf("a handler returned %v while PostgreSQL was down", err)
 	default:
 	}
 	rig.pg.StartAgain()
-	select {
-	case err := <-waited:
-		if err != nil {
-			t.Fatalf("handler after the restart: %v", err)
+	for range waiting {
+		select {
+		case err := <-waited:
+			if err != nil {
+				t.Fatalf("handler after the restart: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a handler did not return within 30s of the restart")
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the handler did not return within 30s of the restart")
 	}
-	if !rig.row(t, schema, "escf_orders", "waited", "").found {
-		t.Fatal("the handler returned nil, but its row is missing")
+	if !rig.row(t, schema, "escf_orders", "waited", "").found || !rig.row(t, schema, "escf_fresh", "first", "").found {
+		t.Fatal("the handlers returned nil, but their rows are missing")
+	}
+	if rig.row(t, schema, "escf_ending", "gone", "").found {
+		t.Fatal("index_deleted returned nil, but the index's row is still there")
 	}
 	// The event whose handler gave up stays pending (not acknowledged);
 	// its batch may still have committed after the restart: delivered
