@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/idempotency"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/internal/urlx"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/sink"
@@ -294,6 +295,11 @@ func postgresSinkFlags() []cli.Flag {
 // postgresPingTimeout bounds buildPostgresSink's first contact.
 const postgresPingTimeout = 15 * time.Second
 
+// postgresFewWorkers: below this many lanes the postgres sink's
+// transactions are small (about half the lanes' events each) and consume
+// says so at start.
+const postgresFewWorkers = 64
+
 // buildPostgresSink opens the database and checks it once (it answers,
 // and the sink may create its tables in the schema), so that a bad URL,
 // password or schema stops consume at once, naming the database with its
@@ -312,6 +318,10 @@ func buildPostgresSink(ctx context.Context, cmd *cli.Command, env sinkEnv) (sink
 		MaxBatch: cmd.Int("postgres-max-batch"), Redis: env.rdb, Keys: env.keys, Logger: env.log})
 	if err != nil {
 		return nil, wrapUsage("postgres", err)
+	}
+	if w := cmd.Int("workers"); w < postgresFewWorkers {
+		env.log.Info("few lanes for the postgres sink: a transaction holds about half of --workers events; pass --workers 512 or more for throughput (docs/PERFORMANCE.md)",
+			logkey.Workers, w)
 	}
 	pctx, cancel := context.WithTimeout(ctx, postgresPingTimeout)
 	defer cancel()
