@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/idempotency"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
+	"github.com/es-changefeed/es-changefeed/internal/urlx"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/sink"
 )
@@ -30,6 +33,7 @@ var consumeSinks = []consumeSink{
 	{name: "http", flags: httpSinkFlags, build: buildHTTPSink},
 	{name: "bulk", flags: bulkSinkFlags, build: buildBulkSink},
 	{name: "redis", flags: redisSinkFlags, build: buildRedisSink},
+	{name: "postgres", flags: postgresSinkFlags, build: buildPostgresSink},
 }
 
 // consumeSink is one sink of consume --sink.
@@ -76,7 +80,7 @@ func sinkFlags() []cli.Flag {
 }
 
 // sinkNames lists the sinks for help and messages: "stdout, file, http,
-// bulk or redis".
+// bulk, redis or postgres".
 func sinkNames() string {
 	names := make([]string, len(consumeSinks))
 	for i, s := range consumeSinks {
@@ -265,6 +269,67 @@ func buildRedisSink(ctx context.Context, cmd *cli.Command, env sinkEnv) (sink.Si
 	}
 	if cache != nil {
 		return closingSink{s, cache}, nil
+	}
+	return s, nil
+}
+
+func postgresSinkFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "postgres-url", Usage: "postgres sink: the database, as libpq names it: postgres://user@host:5432/db?sslmode=verify-full, or \"host=… dbname=…\" (the PG* environment variables fill what it leaves out)",
+			Sources: cli.EnvVars("ESCF_POSTGRES_URL")},
+		&cli.StringFlag{Name: "postgres-password", Usage: "postgres sink: the password, replacing the URL's (better: the environment variable, PGPASSWORD, ~/.pgpass or --postgres-password-file)",
+			Sources: cli.EnvVars("ESCF_POSTGRES_PASSWORD")},
+		&cli.StringFlag{Name: "postgres-password-file", Usage: "postgres sink: file holding the password (one line), replacing the URL's",
+			Sources: cli.EnvVars("ESCF_POSTGRES_PASSWORD_FILE")},
+		&cli.StringFlag{Name: "postgres-table", Value: sink.DefaultPostgresTable, Usage: "postgres sink: table name template ({index}, {index_uuid}); other characters than letters, digits and '_' become '_', names over 63 bytes end with a hash",
+			Sources: cli.EnvVars("ESCF_POSTGRES_TABLE")},
+		&cli.StringFlag{Name: "postgres-schema", Value: sink.DefaultPostgresSchema, Usage: "postgres sink: the schema of the tables (it must exist)",
+			Sources: cli.EnvVars("ESCF_POSTGRES_SCHEMA")},
+		&cli.StringFlag{Name: "postgres-index-deleted", Value: string(sink.DefaultPostgresIndexDeleted), Usage: "postgres sink: what an index_deleted event does to the index's rows: delete, drop (the table) or keep",
+			Sources: cli.EnvVars("ESCF_POSTGRES_INDEX_DELETED")},
+		&cli.DurationFlag{Name: "postgres-tombstone-keep", Value: idempotency.DefaultTombstoneKeep, Usage: "postgres sink: how long a delete is remembered (escf__tombstones), so that an older upsert applied later cannot bring the row back",
+			Sources: cli.EnvVars("ESCF_POSTGRES_TOMBSTONE_KEEP")},
+		&cli.IntFlag{Name: "postgres-max-batch", Value: sink.DefaultPostgresMaxBatch, Usage: "postgres sink: the most events one transaction applies",
+			Sources: cli.EnvVars("ESCF_POSTGRES_MAX_BATCH")},
+	}
+}
+
+// postgresPingTimeout bounds buildPostgresSink's first contact.
+const postgresPingTimeout = 15 * time.Second
+
+// postgresFewWorkers: below this many lanes the postgres sink's
+// transactions are small (about half the lanes' events each) and consume
+// says so at start.
+const postgresFewWorkers = 64
+
+// buildPostgresSink opens the database and checks it once (it answers,
+// and the sink may create its tables in the schema), so that a bad URL,
+// password or schema stops consume at once, naming the database with its
+// password masked.
+func buildPostgresSink(ctx context.Context, cmd *cli.Command, env sinkEnv) (sink.Sink, error) {
+	u := cmd.String("postgres-url")
+	if u == "" {
+		return nil, usagef("--sink postgres needs --postgres-url <libpq URL>, e.g. postgres://escf@127.0.0.1:5432/app")
+	}
+	pw, err := secret(cmd, "postgres-password", "postgres-password-file")
+	if err != nil {
+		return nil, err
+	}
+	s, err := sink.NewPostgres(sink.PostgresConfig{URL: u, Password: pw, Table: cmd.String("postgres-table"), Schema: cmd.String("postgres-schema"),
+		IndexDeleted: sink.PostgresIndexDeleted(cmd.String("postgres-index-deleted")), TombstoneKeep: cmd.Duration("postgres-tombstone-keep"),
+		MaxBatch: cmd.Int("postgres-max-batch"), Redis: env.rdb, Keys: env.keys, Logger: env.log})
+	if err != nil {
+		return nil, wrapUsage("postgres", err)
+	}
+	if w := cmd.Int("workers"); w < postgresFewWorkers {
+		env.log.Info("few lanes for the postgres sink: a transaction holds about half of --workers events; pass --workers 512 or more for throughput (docs/PERFORMANCE.md)",
+			logkey.Workers, w)
+	}
+	pctx, cancel := context.WithTimeout(ctx, postgresPingTimeout)
+	defer cancel()
+	if err := s.Ping(pctx); err != nil {
+		_ = s.Close(context.Background())
+		return nil, fmt.Errorf("--sink postgres: PostgreSQL at %s: %w", urlx.RedactConn(u), err)
 	}
 	return s, nil
 }

@@ -106,4 +106,5 @@ const (
 	Total             = "total"
 	URLs              = "urls"
 	Version           = "version"
+	Workers           = "workers"
 )
