@@ -192,6 +192,9 @@ func TestReliability_PostgresSink(t *testing.T) {
 		procs[i].kill()
 		pend, err := rdb.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: f.keys.Events(), Group: "sql",
 			Start: "-", End: "+", Count: 100000, Consumer: name(i)}).Result()
+		if err != nil && strings.HasPrefix(err.Error(), "NOGROUP") {
+			err = nil // killed before any consumer made the group (a real node starts slower)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -69,12 +69,22 @@ func binDir() (string, error) {
 
 // asOwner runs a server program: as the postgres user when the test runs
 // as root (the server refuses to run as root), as the test's user
-// otherwise.
+// otherwise. The program is this process's own child (not runuser's):
+// Stop's Wait then reaps the killed postmaster, whose pid would otherwise
+// linger as a zombie of pid 1 and make the next start refuse with "lock
+// file postmaster.pid already exists".
 func asOwner(prog string, args ...string) *exec.Cmd {
+	cmd := exec.Command(prog, args...)
 	if os.Geteuid() == 0 {
-		return exec.Command("runuser", append([]string{"-u", "postgres", "--", prog}, args...)...)
+		u, err := user.Lookup("postgres")
+		if err == nil {
+			uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+			gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+			cmd.Env = append(os.Environ(), "HOME="+u.HomeDir, "USER=postgres", "LOGNAME=postgres")
+		}
 	}
-	return exec.Command(prog, args...)
+	return cmd
 }
 
 // Start runs initdb and postgres on a free 127.0.0.1 port and waits until
@@ -134,7 +144,10 @@ func (s *Server) start() {
 	defer s.mu.Unlock()
 	cmd := asOwner(filepath.Join(s.bin, "postgres"), s.args...)
 	cmd.Stdout, cmd.Stderr = s.log, s.log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
 	if err := cmd.Start(); err != nil {
 		s.tb.Fatalf("start postgres: %v", err)
 	}
