@@ -306,6 +306,11 @@ type IndexSettings struct {
 	UUID                    string
 	Shards                  int
 	SequenceNumbersDisabled bool
+	// SeqNoDocValuesOnly: _seq_no has doc values but no points
+	// (index.seq_no.index_options DOC_VALUES_ONLY, Elasticsearch 9's
+	// default for logsdb and time_series indices): a range on it is a scan
+	// of the shard's doc values, not a count on the points index.
+	SeqNoDocValuesOnly bool
 }
 
 // Settings reads GET /<index>/_settings?flat_settings=true&include_defaults=true:
@@ -337,7 +342,8 @@ func (c *Client) Settings(ctx context.Context, index string) (IndexSettings, err
 	if err != nil || n < 1 {
 		return IndexSettings{}, &Error{Op: op, Status: 200, Reason: "no index.number_of_shards", Err: ErrMalformed}
 	}
-	return IndexSettings{UUID: get("index.uuid"), Shards: n, SequenceNumbersDisabled: get("index.disable_sequence_numbers") == "true"}, nil
+	return IndexSettings{UUID: get("index.uuid"), Shards: n, SequenceNumbersDisabled: get("index.disable_sequence_numbers") == "true",
+		SeqNoDocValuesOnly: strings.EqualFold(get("index.seq_no.index_options"), "doc_values_only")}, nil
 }
 
 // Refresh makes every operation processed so far searchable on every copy.
