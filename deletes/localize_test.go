@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
@@ -173,13 +172,7 @@ func (f *feedFixture) maxSeqNo() int64 {
 
 func (f *feedFixture) scanner() *deletes.Scanner {
 	f.t.Helper()
-	f.metrics = prometheus.NewPedanticRegistry()
-	sc, err := deletes.New(deletes.Config{ES: f.es, Client: f.rdb, Keys: f.keys, Store: f.store, Interval: time.Nanosecond,
-		DurableWait: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: f.metrics})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return sc
+	return f.scannerWith(nil)
 }
 
 // scan runs a scan that is due (a scanner's first sight of a shard only

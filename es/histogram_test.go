@@ -67,3 +67,22 @@ func TestClient_SeqNoCounts_RefusesPartialOrOddAnswers(t *testing.T) {
 		}
 	})
 }
+
+// TestWithRequestStats: requests made with the context are counted, with
+// their time; others are not.
+func TestWithRequestStats(t *testing.T) {
+	c := canned(t, 200, `{"count":3,`+okShards+`}`)
+	var rs RequestStats
+	ctx := WithRequestStats(context.Background(), &rs)
+	for i := 0; i < 2; i++ {
+		if _, err := c.Count(ctx, "i", 0, "", -1, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Count(context.Background(), "i", 0, "", -1, 5); err != nil {
+		t.Fatal(err)
+	}
+	if got := rs.Requests(); got != 2 || rs.Time() <= 0 {
+		t.Fatalf("counted %d requests in %s, want 2 in some time", got, rs.Time())
+	}
+}
