@@ -87,7 +87,7 @@ func (s *Scanner) scan(ctx context.Context, sh Shard) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	if !sc0.SamePrimary(sh.Refreshed) || sh.Refreshed.GlobalCheckpoint < sh.Checkpoint {
+	if !sh.refreshedAt(sc0) {
 		// Unless the relay's last refresh came after every op up to the
 		// checkpoint was processed on this very copy (the same primary:
 		// term, node and history), the count could miss a delete.

@@ -237,6 +237,14 @@ type Shard struct {
 	Refreshed es.ShardCheckpoints
 }
 
+// refreshedAt: the relay's last refresh came after every op up to the
+// checkpoint was processed on the primary sc (the same primary: node, term
+// and history, and its global checkpoint then covered the checkpoint), so
+// those ops are searchable there without another refresh.
+func (sh Shard) refreshedAt(sc es.ShardCheckpoints) bool {
+	return sh.Refreshed.Node != "" && sc.SamePrimary(sh.Refreshed) && sh.Refreshed.GlobalCheckpoint >= sh.Checkpoint
+}
+
 func (sh Shard) id() checkpoint.ShardID {
 	return checkpoint.ShardID{IndexUUID: sh.UUID, Shard: sh.Shard}
 }
