@@ -319,6 +319,8 @@ func TestScanner_LocalizedScan(t *testing.T) {
 		{"escf_delete_ranges_total", []string{"result", "differed"}, float64(st.RangesDiffered)},
 		{"escf_delete_seqnos_read_total", nil, float64(st.SeqNosRead)},
 		{"escf_delete_stale_entries_total", nil, 5},
+		{"escf_delete_scan_requests_total", nil, float64(st.Requests)},
+		{"escf_delete_scan_cluster_seconds_total", nil, st.ClusterTime.Seconds()},
 		{"escf_delete_scans_total", []string{"result", "localized"}, 1},
 		{"escf_delete_scans_total", []string{"result", "listed"}, 0},
 		{"escf_deletes_found_total", nil, 7},
