@@ -27,13 +27,15 @@ import (
 // same run on the same shard:
 //
 //   - new: the descent (descent.go): one filters aggregation of range
-//     counts per level of 64, histograms for the last small levels;
+//     counts per level of Fanout, a histogram for the last small levels;
 //   - old: the histogram at interval K over the whole shard that the scan
 //     used before (the descent's histogramOnly mode, which is also what
 //     an index without points on _seq_no still gets);
 //
 // and reports each one's requests and time (es.RequestStats: from sending
-// each request to the end of its answer) and their ratio. The cluster is
+// each request to the end of its answer) and their ratio. The shard
+// request cache is cleared before each run (a scan follows a refresh,
+// which empties it). The cluster is
 // the emulator or the real engine ESCF_TEST_ENGINE names. Run with
 //
 //	ESCF_TEST_ENGINE=opensearch-2 go test -run XXX -bench BenchmarkLocalize -benchtime 5x -timeout 120m ./deletes/
@@ -139,6 +141,13 @@ func BenchmarkLocalize(b *testing.B) {
 						rs := &newRS
 						if old {
 							rs = &oldRS
+						}
+						// Each run as a scan finds the shard, after a
+						// refresh: nothing in the shard request cache.
+						if os.Getenv("ESCF_TEST_ENGINE") != "" { // the emulator has no cache
+							b.StopTimer()
+							do("POST", "/loc/_cache/clear?request=true", "")
+							b.StartTimer()
 						}
 						d := newDescent(client, sh, "", counts)
 						d.histogramOnly = old

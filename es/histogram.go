@@ -1,11 +1,13 @@
 package es
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 )
 
 // SeqSpan is the seq nos After < s <= UpTo.
@@ -117,18 +119,49 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
+// seqNoUnion is a query matching the seq nos of spans (non-empty): their
+// union as one range or a bool should of at most MaxHistogramSpans ranges,
+// else the range from the first seq no to the last.
+func seqNoUnion(spans []SeqSpan) any {
+	runs := slices.Clone(spans)
+	slices.SortFunc(runs, func(a, b SeqSpan) int { return cmp.Compare(a.After, b.After) })
+	merged := runs[:1]
+	for _, s := range runs[1:] {
+		if last := &merged[len(merged)-1]; s.After <= last.UpTo {
+			last.UpTo = max(last.UpTo, s.UpTo)
+		} else {
+			merged = append(merged, s)
+		}
+	}
+	rng := func(s SeqSpan) any {
+		return map[string]any{"range": map[string]any{"_seq_no": map[string]any{"gt": s.After, "lte": s.UpTo}}}
+	}
+	if len(merged) > MaxHistogramSpans {
+		merged = []SeqSpan{{After: merged[0].After, UpTo: merged[len(merged)-1].UpTo}}
+	}
+	if len(merged) == 1 {
+		return rng(merged[0])
+	}
+	clauses := make([]any, len(merged))
+	for i, s := range merged {
+		clauses[i] = rng(s)
+	}
+	return map[string]any{"bool": map[string]any{"should": clauses, "minimum_should_match": 1}}
+}
+
 // MaxCountSpans is the most spans one SeqNoCounts request counts: a
 // filters aggregation of that many buckets, far below search.max_buckets
 // (10,000 on Elasticsearch 7.0–7.8, 65,535 or more since).
 const MaxCountSpans = 1024
 
 // SeqNoCounts counts the live documents of one shard in each span: one
-// filters aggregation with a range on _seq_no per span, size 0, no query,
-// pinned like Count. With points on _seq_no (every engine, except
-// Elasticsearch 9's doc_values_only indices: IndexSettings.SeqNoDocValuesOnly)
-// each count is a range count on the points index, so a request costs
-// about the same whatever the spans' widths (docs/PERFORMANCE.md). It
-// returns one count per span, in order. The spans may overlap; there must
+// filters aggregation with a range on _seq_no per span, size 0, pinned
+// like Count, under a query that matches only the spans' seq nos (their
+// union as at most MaxHistogramSpans ranges, else the range from the
+// first to the last): an engine that runs the filters document by
+// document (OpenSearch 2, whose cost was measured to grow with documents ×
+// filters, docs/PERFORMANCE.md) then visits only the documents counted.
+// It returns one count per span, in order. The spans may overlap; there must
 // be 1..MaxCountSpans of them. A partial, timed-out or malformed answer
 // (a bucket count that is not the spans') is an error.
 func (c *Client) SeqNoCounts(ctx context.Context, index string, shard int, node string, spans []SeqSpan) ([]int64, error) {
@@ -146,6 +179,7 @@ func (c *Client) SeqNoCounts(ctx context.Context, index string, shard int, node 
 	body := map[string]any{
 		"size":             0,
 		"track_total_hits": false,
+		"query":            seqNoUnion(spans),
 		"aggs":             map[string]any{"seq": map[string]any{"filters": map[string]any{"filters": filters}}},
 	}
 	var r struct {

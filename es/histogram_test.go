@@ -2,7 +2,9 @@ package es
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -84,5 +86,42 @@ func TestWithRequestStats(t *testing.T) {
 	}
 	if got := rs.Requests(); got != 2 || rs.Time() <= 0 {
 		t.Fatalf("counted %d requests in %s, want 2 in some time", got, rs.Time())
+	}
+}
+
+// TestSeqNoUnion: SeqNoCounts's query matches exactly the seq nos of its
+// spans: touching or overlapping spans joined, disjoint ones as a bool
+// should, more runs than MaxHistogramSpans as the range from the first
+// seq no to the last.
+func TestSeqNoUnion(t *testing.T) {
+	rng := func(after, upTo int64) string {
+		return fmt.Sprintf(`{"range":{"_seq_no":{"gt":%d,"lte":%d}}}`, after, upTo)
+	}
+	many := make([]SeqSpan, MaxHistogramSpans+1)
+	for i := range many {
+		many[i] = SeqSpan{After: int64(10 * i), UpTo: int64(10*i + 5)}
+	}
+	tests := []struct {
+		name  string
+		spans []SeqSpan
+		want  string
+	}{
+		{"one", []SeqSpan{{-1, 63}}, rng(-1, 63)},
+		{"touching, out of order", []SeqSpan{{63, 127}, {-1, 63}}, rng(-1, 127)},
+		{"overlapping", []SeqSpan{{-1, 100}, {50, 80}, {90, 200}}, rng(-1, 200)},
+		{"disjoint", []SeqSpan{{500, 600}, {-1, 63}, {127, 191}},
+			`{"bool":{"minimum_should_match":1,"should":[` + rng(-1, 63) + `,` + rng(127, 191) + `,` + rng(500, 600) + `]}}`},
+		{"too many runs", many, rng(0, int64(10*MaxHistogramSpans+5))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := json.Marshal(seqNoUnion(tt.spans))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := string(b); got != tt.want {
+				t.Errorf("query %s\nwant %s", got, tt.want)
+			}
+		})
 	}
 }
