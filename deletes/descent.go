@@ -19,6 +19,28 @@ import (
 // is then three levels of counts and one histogram deep.
 const Fanout = 8
 
+// maxCountParents is the most nodes a level splits and counts on an
+// engine that tests each document on every filter (not
+// es.Info.CountsFilterByFilter: OpenSearch), one request of range counts
+// per node (its Fanout children, under a query
+// matching that node alone); a level with more counts its nodes range by
+// range with histograms instead. On OpenSearch 2, a request of C range
+// counts costs about (documents matched) × (25 + 6·C) ns and a histogram
+// at interval K (documents matched) × 70–120 ns (measured,
+// docs/PERFORMANCE.md): splitting a node costs about what a histogram over
+// it does, and is worth it only for what it prunes, which is little once
+// many nodes differ. Counting several nodes' children in one request
+// would cost more than either (each document is tested on every filter).
+const maxCountParents = Fanout
+
+// maxNodeByNodeMissing is the most documents the feed may count that the
+// cluster does not (deletes and moved entries since the last scan) for a
+// descent on an engine that tests each document on every filter; with
+// more, the histogram over the whole shard costs less (by the cost model
+// of maxCountParents, TestDescent_Cost: 0.8× the histogram for one
+// change, about 1.0× for two or three, up to 2.4× for more).
+const maxNodeByNodeMissing = 2
+
 // histogramSmall: nodes that cover at most this many ranges together are
 // counted range by range with one histogram at interval K (a doc-values
 // pass over at most 65,536 seq nos, about the cost of one request of
@@ -69,14 +91,27 @@ type descent struct {
 	// index without points on _seq_no: a range count would scan the
 	// shard's doc values for each node).
 	histogramOnly bool
+	// nodeByNode: the engine tests each document on every filter
+	// (es.Info.CountsFilterByFilter false): each node is split in a request
+	// of its own, and a level of more than maxCountParents nodes is counted
+	// with histograms. Otherwise one request counts a whole level.
+	nodeByNode bool
 }
 
 // node is the ranges [lo, hi).
 type node struct{ lo, hi int64 }
 
-func newDescent(c seqCounter, sh Shard, node string, counts map[int64]int64) *descent {
+// newDescent is the descent of sh's ranges against the feed's counts, on
+// an engine that counts filter by filter or not (es.Info), with missing
+// the feed's total less the cluster's count of the shard (-1: unknown).
+func newDescent(c seqCounter, sh Shard, node string, counts map[int64]int64, filterByFilter bool, missing int64) *descent {
 	d := &descent{c: c, index: sh.Index, shard: sh.Shard, node: node, origin: sh.Origin, cp: sh.Checkpoint,
-		counts: counts, histogramOnly: sh.NoSeqNoPoints}
+		counts: counts, histogramOnly: sh.NoSeqNoPoints, nodeByNode: !filterByFilter}
+	if d.nodeByNode && (missing < 0 || missing > maxNodeByNodeMissing) {
+		// On such an engine a descent pays only for a change or two: its
+		// first level alone costs about 0.6–0.8 of the whole histogram.
+		d.histogramOnly = true
+	}
 	for r := range counts {
 		d.keys = append(d.keys, r)
 	}
@@ -120,6 +155,15 @@ func (d *descent) universe() node {
 
 func n(lo, hi int64) node { return node{lo, hi} }
 
+// childrenOf splits p into nodes of cw ranges (the last may be shorter).
+func childrenOf(p node, cw int64) []node {
+	var out []node
+	for lo := p.lo; lo < p.hi; lo += cw {
+		out = append(out, n(lo, min(lo+cw, p.hi)))
+	}
+	return out
+}
+
 // run returns the ranges that differ (sorted), the cluster's count of the
 // whole universe as its first level saw it, and the requests it made.
 func (d *descent) run(ctx context.Context) (differ []int64, sum int64, requests int, err error) {
@@ -139,15 +183,12 @@ func (d *descent) run(ctx context.Context) (differ []int64, sum int64, requests 
 		covered := int64(0)
 		for _, p := range nodes {
 			covered += p.hi - p.lo
-			for lo := p.lo; lo < p.hi; lo += cw {
-				children = append(children, n(lo, min(lo+cw, p.hi)))
-			}
+			children = append(children, childrenOf(p, cw)...)
 		}
-		hist := d.histogramBatches(nodes)
-		if d.histogramOnly || covered <= histogramSmall || len(hist) < d.countRequests(children) {
+		if d.histogramOnly || covered <= histogramSmall || (d.nodeByNode && len(nodes) > maxCountParents) {
 			// Count the nodes range by range at once.
 			cl := map[int64]int64{}
-			for _, batch := range hist {
+			for _, batch := range d.histogramBatches(nodes) {
 				h, err := d.c.SeqNoHistogram(ctx, d.index, d.shard, d.node, batch, K)
 				requests++
 				if err != nil {
@@ -170,10 +211,23 @@ func (d *descent) run(ctx context.Context) (differ []int64, sum int64, requests 
 			}
 			break
 		}
-		cl, reqs, err := d.countNodes(ctx, children)
-		requests += reqs
-		if err != nil {
-			return nil, 0, requests, err
+		// The children, in order: a request per node split, or the whole
+		// level at once.
+		groups := [][]node{children}
+		if d.nodeByNode {
+			groups = groups[:0]
+			for _, p := range nodes {
+				groups = append(groups, childrenOf(p, cw))
+			}
+		}
+		var cl []int64
+		for _, g := range groups {
+			c, reqs, err := d.countNodes(ctx, g)
+			requests += reqs
+			if err != nil {
+				return nil, 0, requests, err
+			}
+			cl = append(cl, c...)
 		}
 		nodes = nodes[:0:0]
 		for i, c := range children {
@@ -250,17 +304,6 @@ func (d *descent) countNodes(ctx context.Context, nodes []node) ([]int64, int, e
 		return nil, requests, err
 	}
 	return out, requests, nil
-}
-
-// countRequests is how many requests countNodes makes for nodes.
-func (d *descent) countRequests(nodes []node) int {
-	asked := 0
-	for _, p := range nodes {
-		if _, ok := d.span(p); ok {
-			asked++
-		}
-	}
-	return (asked + es.MaxCountSpans - 1) / es.MaxCountSpans
 }
 
 // histogramBatches are the requests of histograms at interval K over the

@@ -219,7 +219,7 @@ func (f finding) intersect(g finding) finding {
 //  3. the re-check of the candidates by id, after a refresh, and the wait
 //     until the global checkpoint covers what it saw.
 func (s *Scanner) localize(ctx context.Context, ec *es.Client, sh Shard, sc0 es.ShardCheckpoints, counts map[int64]int64, total, count int64, fail scanError) (finding, error) {
-	differ, sum, err := s.differingRanges(ctx, ec, sh, sc0, counts, fail)
+	differ, sum, err := s.differingRanges(ctx, ec, sh, sc0, counts, total-count, fail)
 	if err != nil {
 		return finding{}, err
 	}
@@ -324,13 +324,37 @@ func (s *Scanner) localize(ctx context.Context, ec *es.Client, sh Shard, sc0 es.
 // (descent.go), and the cluster's count of the whole shard it saw first.
 // A range where the cluster counts more than the feed breaks the
 // invariant (every live document there has its entry: a view older than
-// what was delivered, or a bug): the scan aborts.
-func (s *Scanner) differingRanges(ctx context.Context, ec *es.Client, sh Shard, sc0 es.ShardCheckpoints, counts map[int64]int64, fail scanError) ([]int64, int64, error) {
-	differ, sum, _, err := newDescent(ec, sh, sc0.Node, counts).run(ctx)
+// what was delivered, or a bug): the scan aborts. missing is the feed's
+// total less the cluster's count of the shard (-1: unknown).
+func (s *Scanner) differingRanges(ctx context.Context, ec *es.Client, sh Shard, sc0 es.ShardCheckpoints, counts map[int64]int64, missing int64, fail scanError) ([]int64, int64, error) {
+	fbf, err := s.filterByFilter(ctx, ec)
+	if err != nil {
+		return nil, 0, fail.abort("%v", err)
+	}
+	differ, sum, _, err := newDescent(ec, sh, sc0.Node, counts, fbf, missing).run(ctx)
 	if err != nil {
 		return nil, 0, fail.abort("%v", err)
 	}
 	return differ, sum, nil
+}
+
+// filterByFilter is es.Info.CountsFilterByFilter of the cluster, read
+// once.
+func (s *Scanner) filterByFilter(ctx context.Context, ec *es.Client) (bool, error) {
+	s.mu.Lock()
+	known, fbf := s.engineKnown, s.filterByFilterEngine
+	s.mu.Unlock()
+	if known {
+		return fbf, nil
+	}
+	info, err := ec.Info(ctx)
+	if err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	s.engineKnown, s.filterByFilterEngine = true, info.CountsFilterByFilter()
+	s.mu.Unlock()
+	return info.CountsFilterByFilter(), nil
 }
 
 // sweep returns the entries of gone ids in the ranges that differ now but
@@ -339,7 +363,7 @@ func (s *Scanner) sweep(ctx context.Context, ec *es.Client, sh Shard, sc0 es.Sha
 	if err := ec.Refresh(ctx, sh.Index); err != nil {
 		return nil, fail.abort("%v", err)
 	}
-	now, _, err := s.differingRanges(ctx, ec, sh, sc0, counts, fail)
+	now, _, err := s.differingRanges(ctx, ec, sh, sc0, counts, -1, fail)
 	if err != nil {
 		return nil, err
 	}

@@ -58,9 +58,12 @@ func BenchmarkLocalize(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := client.Info(ctx); err != nil {
+	info, err := client.Info(ctx)
+	if err != nil {
 		b.Fatal(err)
 	}
+	fbf := info.CountsFilterByFilter()
+	b.Logf("%s: filter by filter %v", info, fbf)
 	hc := &http.Client{Timeout: 10 * time.Minute}
 	do := func(method, path, body string) {
 		req, _ := http.NewRequest(method, url+path, strings.NewReader(body))
@@ -113,7 +116,7 @@ func BenchmarkLocalize(b *testing.B) {
 				sh := localizeBenchShard(b, client)
 				// The feed's counts: exact, as after a scan.
 				counts := map[int64]int64{}
-				whole := newDescent(client, sh, "", nil)
+				whole := newDescent(client, sh, "", nil, false, -1)
 				whole.histogramOnly = true
 				for _, batch := range whole.histogramBatches([]node{n(0, sh.Checkpoint/K+1)}) {
 					h, err := client.SeqNoHistogram(ctx, "loc", 0, "", batch, K)
@@ -149,7 +152,7 @@ func BenchmarkLocalize(b *testing.B) {
 							do("POST", "/loc/_cache/clear?request=true", "")
 							b.StartTimer()
 						}
-						d := newDescent(client, sh, "", counts)
+						d := newDescent(client, sh, "", counts, fbf, int64(k))
 						d.histogramOnly = old
 						got, _, _, err := d.run(es.WithRequestStats(ctx, rs))
 						if err != nil {

@@ -163,6 +163,9 @@ type Scanner struct {
 	// before ranges (nothing writes one any more).
 	ranged     map[checkpoint.ShardID]bool
 	lastReport time.Time
+	// engineKnown: filterByFilterEngine is the cluster's
+	// es.Info.CountsFilterByFilter, read by the first scan that descends.
+	engineKnown, filterByFilterEngine bool
 
 	due, savedGap, savedCount, listings, confirmations, aborted, deleted atomic.Int64
 	listedIDs, localized, migrated, rangesCompared, rangesDiffered       atomic.Int64

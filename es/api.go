@@ -31,6 +31,18 @@ type Info struct {
 	CompatibilityMode bool
 }
 
+// CountsFilterByFilter: the engine runs a filters aggregation with no
+// parent and no sub-aggregation filter by filter, each filter counted from
+// the index on its own (Elasticsearch 7.11 and later), so a request of
+// range counts costs about the documents of its ranges. OpenSearch (2.x
+// and 3.x, and compatibility mode) tests every document the query matched
+// on every filter: the cost grows with documents × filters
+// (docs/PERFORMANCE.md, measured on OpenSearch 2.19.6 and Elasticsearch
+// 9.5.3).
+func (i Info) CountsFilterByFilter() bool {
+	return !i.CompatibilityMode && i.Distribution != "opensearch" && compareVersions(i.Version, "7.11.0") >= 0
+}
+
 // Minimum versions: the relay needs _resolve/index (ES 7.9, OpenSearch 1.0)
 // and point in time or scroll with seq_no_primary_term and _seq_no ranges
 // at shard level; ES 7.10 is the first with point in time.

@@ -125,3 +125,28 @@ func TestSeqNoUnion(t *testing.T) {
 		})
 	}
 }
+
+// TestInfo_CountsFilterByFilter: Elasticsearch from 7.11 counts a filters
+// aggregation filter by filter; OpenSearch, in any mode, does not.
+func TestInfo_CountsFilterByFilter(t *testing.T) {
+	tests := []struct {
+		name string
+		info Info
+		want bool
+	}{
+		{"Elasticsearch 7.10.2", Info{Version: "7.10.2", Distribution: ""}, false},
+		{"Elasticsearch 7.11.0", Info{Version: "7.11.0"}, true},
+		{"Elasticsearch 7.17.29", Info{Version: "7.17.29"}, true},
+		{"Elasticsearch 9.5.3", Info{Version: "9.5.3"}, true},
+		{"OpenSearch 2.19.6", Info{Version: "2.19.6", Distribution: "opensearch"}, false},
+		{"OpenSearch 3.9.0", Info{Version: "3.9.0", Distribution: "opensearch"}, false},
+		{"OpenSearch in compatibility mode", Info{Version: "7.10.2", CompatibilityMode: true}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.info.CountsFilterByFilter(); got != tt.want {
+				t.Errorf("CountsFilterByFilter() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
