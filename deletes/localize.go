@@ -233,8 +233,8 @@ func (s *Scanner) localize(ctx context.Context, ec *es.Client, sh Shard, sc0 es.
 		return finding{}, err
 	}
 	if sc1.MaxSeqNo == sc0.MaxSeqNo && sum != count {
-		// With no write in between, the histogram and _count saw one view.
-		return finding{}, fail.abort("the histogram counted %d documents in (%d, %d] but _count said %d, with no write in between", sum, sh.Origin, sh.Checkpoint, count)
+		// With no write in between, the ranges' counts and _count saw one view.
+		return finding{}, fail.abort("the ranges' counts sum to %d documents in (%d, %d] but _count said %d, with no write in between", sum, sh.Origin, sh.Checkpoint, count)
 	}
 	if len(differ) == 0 {
 		return finding{}, nil
