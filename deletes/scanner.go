@@ -303,6 +303,8 @@ func (s *Scanner) Scan(ctx context.Context, sh Shard) (Result, error) {
 	// The next scan waits the interval and the pause this one's cluster
 	// time earned, counted from its end.
 	pause := max(s.cfg.Interval, time.Duration(float64(res.ClusterTime)*(1-s.cfg.Budget)/s.cfg.Budget))
+	s.log.Debug("delete scan done", logkey.Index, sh.Index, logkey.Shard, sh.Shard, logkey.Requests, res.Requests,
+		logkey.ClusterTime, res.ClusterTime, logkey.NextScanIn, pause, logkey.Deletes, res.Deleted, logkey.Error, err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
