@@ -43,9 +43,9 @@ const maxNodeByNodeMissing = 2
 
 // maxFilterByFilterMissing is the same bound where the engine counts
 // filter by filter. Measured on Elasticsearch 9.5.3 at 1,000,000
-// documents (BenchmarkLocalize, docs/PERFORMANCE.md): one delete 0.3–0.4×
-// the whole histogram, 100 deletes 0.8–4× (each of the ~900 ranges
-// counted costs about a millisecond).
+// documents (BenchmarkLocalize, docs/PERFORMANCE.md): one delete
+// 0.18–0.31× the whole histogram, 100 deletes 1.2–4× (each of the ~900
+// ranges counted costs about a millisecond).
 const maxFilterByFilterMissing = 8
 
 // histogramSmall: nodes that cover at most this many ranges together are
