@@ -52,7 +52,8 @@ func relayFlags() []cli.Flag {
 		&cli.StringFlag{Name: "from", Value: relay.FromBeginning, Usage: "start of shards without a checkpoint: beginning or now", Sources: cli.EnvVars("ESCF_FROM")},
 		&cli.DurationFlag{Name: "lease-ttl", Value: redisx.DefaultLeaseTTL, Usage: "relay lease TTL; a standby takes over within 2×TTL of the owner's death", Sources: cli.EnvVars("ESCF_LEASE_TTL"), Validator: positiveDuration("lease-ttl")},
 		&cli.BoolFlag{Name: "deletes", Usage: "detect deleted documents and emit delete events", Sources: cli.EnvVars("ESCF_DELETES")},
-		&cli.DurationFlag{Name: "delete-scan-interval", Value: deletes.DefaultInterval, Usage: "least time between two delete scans of a shard", Sources: cli.EnvVars("ESCF_DELETE_SCAN_INTERVAL"), Validator: positiveDuration("delete-scan-interval")},
+		&cli.DurationFlag{Name: "delete-scan-interval", Value: deletes.DefaultInterval, Usage: "least time between two delete scans of a shard (0: none, scans are paced by --delete-scan-budget alone)", Sources: cli.EnvVars("ESCF_DELETE_SCAN_INTERVAL"), Validator: nonNegativeDuration("delete-scan-interval")},
+		&cli.FloatFlag{Name: "delete-scan-budget", Value: deletes.DefaultBudget, Usage: "share of wall time a shard's delete scans may keep the cluster busy: after a scan whose requests took t, the shard waits t×(1−budget)/budget (0 < budget ≤ 1; 1: no pause)", Sources: cli.EnvVars("ESCF_DELETE_SCAN_BUDGET"), Validator: shareOfTime("delete-scan-budget")},
 		&cli.FloatFlag{Name: "max-delete-fraction", Value: deletes.DefaultMaxDeleteFraction, Usage: "a scan deleting more than this share of a shard's documents is confirmed by a second scan first", Sources: cli.EnvVars("ESCF_MAX_DELETE_FRACTION")},
 		&cli.StringFlag{Name: "delete-listing", Value: "auto", Usage: "how a shard's first scan after the upgrade to delivered ranges lists its live ids (once, to move the delivered set of the older version into ranges): auto, pit or scroll", Sources: cli.EnvVars("ESCF_DELETE_LISTING")},
 		&cli.BoolFlag{Name: "index-deleted-event", Usage: "end a deleted index with its index_deleted event only, without a delete per document first", Sources: cli.EnvVars("ESCF_INDEX_DELETED_EVENT")},
@@ -87,14 +88,14 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 		PollInterval: cmd.Duration("poll-interval"), BatchSize: cmd.Int("batch-size"), ReadConcurrency: cmd.Int("read-concurrency"),
 		From: cmd.String("from"), LeaseTTL: cmd.Duration("lease-ttl"), Partitions: cmd.Int("partitions"),
 		Deletes: relay.Deletes{Enabled: cmd.Bool("deletes"), Interval: cmd.Duration("delete-scan-interval"),
-			MaxDeleteFraction: cmd.Float("max-delete-fraction"), Listing: cmd.String("delete-listing"),
+			Budget: cmd.Float("delete-scan-budget"), MaxDeleteFraction: cmd.Float("max-delete-fraction"), Listing: cmd.String("delete-listing"),
 			IndexDeletedEvent: cmd.Bool("index-deleted-event")},
 		Retention: relay.Retention{Trim: cmd.Bool("trim"), TrimInterval: cmd.Duration("trim-interval"), MaxStreamLen: cmd.Int64("max-stream-len"),
 			MinRetention: cmd.Duration("min-retention"), MaxBacklog: cmd.Int64("max-backlog")},
 		Durability: relay.Durability{WaitReplicas: cmd.Int("wait-replicas"), WaitTimeout: cmd.Duration("wait-timeout")},
 	}
 	c := runConfig{metricsAddr: cmd.String("metrics-addr"), feed: f}
-	if err := needs(cmd, "deletes", "delete-scan-interval", "max-delete-fraction", "delete-listing", "index-deleted-event"); err != nil {
+	if err := needs(cmd, "deletes", "delete-scan-interval", "delete-scan-budget", "max-delete-fraction", "delete-listing", "index-deleted-event"); err != nil {
 		return c, err
 	}
 	if err := needs(cmd, "trim", "trim-interval", "max-stream-len", "min-retention"); err != nil {

@@ -205,6 +205,24 @@ func positiveDuration(name string) func(time.Duration) error {
 	}
 }
 
+func shareOfTime(name string) func(float64) error {
+	return func(v float64) error {
+		if !(v > 0 && v <= 1) {
+			return usagef("--%s %g: want a share of wall time, 0 < share <= 1 (such as 0.1)", name, v)
+		}
+		return nil
+	}
+}
+
+func nonNegativeDuration(name string) func(time.Duration) error {
+	return func(d time.Duration) error {
+		if d < 0 {
+			return usagef("--%s %s: want 0 or a positive duration such as 1s", name, d)
+		}
+		return nil
+	}
+}
+
 // needs refuses flags that only mean something together with another one:
 // each of flags, when set, needs on to be true.
 func needs(cmd *cli.Command, on string, flags ...string) error {
