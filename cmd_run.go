@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/internal/cmdflags"
+
 	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
@@ -42,8 +44,8 @@ func resyncCommand() *cli.Command {
 // relayFlags are the flags of run and resync.
 func relayFlags() []cli.Flag {
 	flags := []cli.Flag{
-		esFlag("Elasticsearch/OpenSearch URL (repeat for several nodes; default " + es.DefaultURL + ")"),
-		feedFlag(),
+		cmdflags.EsFlag("Elasticsearch/OpenSearch URL (repeat for several nodes; default " + es.DefaultURL + ")"),
+		cmdflags.FeedFlag(),
 		&cli.StringSliceFlag{Name: "index", Usage: "index, pattern (logs-*,-logs-debug*), alias or data stream to follow (repeatable, comma-separated)", Sources: cli.EnvVars("ESCF_INDEX")},
 		&cli.BoolFlag{Name: "hidden", Usage: "let wildcards match hidden indices too", Sources: cli.EnvVars("ESCF_HIDDEN")},
 		&cli.DurationFlag{Name: "poll-interval", Value: relay.DefaultPollInterval, Usage: "the poll tick: followed indices are looked at on shared ticks this far apart, with at most one forced refresh per index and tick", Sources: cli.EnvVars("ESCF_POLL_INTERVAL"), Validator: positiveDuration("poll-interval")},
@@ -65,11 +67,11 @@ func relayFlags() []cli.Flag {
 		&cli.IntFlag{Name: "wait-replicas", Usage: "after each commit, wait (Redis WAIT) until this many replicas have it; fewer within --wait-timeout: the relay reloads its state and goes on (0: do not wait)", Sources: cli.EnvVars("ESCF_WAIT_REPLICAS")},
 		&cli.DurationFlag{Name: "wait-timeout", Value: checkpoint.DefaultWaitTimeout, Usage: "with --wait-replicas: how long each commit waits for the replicas", Sources: cli.EnvVars("ESCF_WAIT_TIMEOUT"), Validator: positiveDuration("wait-timeout")},
 		metricsFlag(),
-		partitionsFlag(fmt.Sprintf("split the feed in this many partitions (1..%d), each with its own stream, checkpoints and lease under escf:{<feed>:<p>}:…; ", redisx.MaxPartitions) +
+		cmdflags.PartitionsFlag(fmt.Sprintf("split the feed in this many partitions (1..%d), each with its own stream, checkpoints and lease under escf:{<feed>:<p>}:…; ", redisx.MaxPartitions) +
 			"relays run with the same count share them; fixed for the life of the feed"),
 	}
-	flags = append(flags, redisFlags("redis", "ESCF_REDIS", "the feed's Redis", redisx.DefaultURL)...)
-	return slices.Insert(flags, 1, clusterFlags("es", "ESCF_ES", "the cluster")...) // after --es
+	flags = append(flags, cmdflags.RedisFlags("redis", "ESCF_REDIS", "the feed's Redis", redisx.DefaultURL)...)
+	return slices.Insert(flags, 1, cmdflags.ClusterFlags("es", "ESCF_ES", "the cluster")...) // after --es
 }
 
 // runConfig is everything `run` and `resync` need, parsed and validated.
@@ -108,7 +110,7 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 		return c, usagef("--wait-timeout needs --wait-replicas N (N > 0)")
 	}
 	var err error
-	if c.es, err = clusterConn(cmd, "es", esURLs(cmd, es.DefaultURL)); err != nil {
+	if c.es, err = cmdflags.ClusterConn(cmd, "es", cmdflags.EsURLs(cmd, es.DefaultURL)); err != nil {
 		return c, err
 	}
 	if rt := f.Retention; rt.MaxBacklog < 0 || rt.MaxStreamLen < 1 || rt.TrimInterval <= 0 || rt.MinRetention < 0 {
@@ -127,7 +129,7 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 	if len(f.Targets) == 0 {
 		return c, usagef("no index to follow: pass --index <name, pattern, alias or data stream> (or ESCF_INDEX)")
 	}
-	if err := checkFeed(f.Feed); err != nil {
+	if err := cmdflags.CheckFeed(f.Feed); err != nil {
 		return c, err
 	}
 	if f.ReadConcurrency < 1 || f.ReadConcurrency > relay.MaxReadConcurrency {
@@ -142,10 +144,10 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 	if err := (es.Config{URLs: c.es.URLs}).Validate(); err != nil {
 		return c, usagef("--es: %v", err)
 	}
-	if c.redis, err = redisConfig(cmd, "redis"); err != nil {
+	if c.redis, err = cmdflags.RedisConfig(cmd, "redis"); err != nil {
 		return c, err
 	}
-	if err := checkPartitionsFlag(cmd); err != nil {
+	if err := cmdflags.CheckPartitionsFlag(cmd); err != nil {
 		return c, err
 	}
 	return c, nil
@@ -176,19 +178,19 @@ func runFeed(ctx context.Context, cfg runConfig, log *slog.Logger) (err error) {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	defer func() {
-		if denied := deniedCause(ctx, cfg.redis); denied != nil {
+		if denied := cmdflags.DeniedCause(ctx, cfg.redis); denied != nil {
 			err = denied
 		}
 	}()
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rdb, err := connectRedis(pctx, cfg.redis, keys, log, permissionStop(stop))
+	rdb, err := cmdflags.ConnectRedis(pctx, cfg.redis, keys, log, cmdflags.PermissionStop(stop))
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
-	warnPersistence(pctx, rdb, log)
-	client, err := connectCluster(pctx, cfg.es, "es", "es", "", true, log)
+	cmdflags.WarnPersistence(pctx, rdb, log)
+	client, err := cmdflags.ConnectCluster(pctx, cfg.es, "es", "es", "", true, log)
 	if err != nil {
 		return err
 	}
@@ -201,13 +203,13 @@ func runFeed(ctx context.Context, cfg runConfig, log *slog.Logger) (err error) {
 	fc.Metrics = reg
 	f, err := relay.NewFeed(fc)
 	if err != nil {
-		return usageError{err}
+		return usageError{Err: err}
 	}
 	if err := serveOps(ctx, cfg.metricsAddr, reg, rdb, keys, client, f.Health, f.Ready, log); err != nil {
 		return err
 	}
 	if err := f.Run(ctx); err != nil {
-		return explainES(err, "es", "es", cfg.es)
+		return cmdflags.ExplainES(err, "es", "es", cfg.es)
 	}
 	return nil
 }

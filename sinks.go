@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/internal/cmdflags"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
@@ -206,22 +208,22 @@ func bulkSinkFlags() []cli.Flag {
 		&cli.StringFlag{Name: "bulk-index", Value: sink.DefaultBulkIndexTemplate, Usage: "bulk sink: target index name template ({index}, {index_uuid})", Sources: cli.EnvVars("ESCF_BULK_INDEX")},
 		&cli.StringFlag{Name: "bulk-positions-index", Value: sink.DefaultBulkPositionsIndex, Usage: "bulk sink: the target index where the sink records how far it applied the stream (checked at start: a feed's Redis that lost entries the mirror applied is history lost)", Sources: cli.EnvVars("ESCF_BULK_POSITIONS_INDEX")},
 		&cli.DurationFlag{Name: "bulk-tombstone-keep", Value: idempotency.DefaultTombstoneKeep, Usage: "bulk sink: how long a delete is remembered in Redis, so that an older upsert applied later cannot bring the document back once the target forgot the delete (index.gc_deletes)", Sources: cli.EnvVars("ESCF_BULK_TOMBSTONE_KEEP")},
-	}, clusterFlags("bulk", "ESCF_BULK", "the bulk sink's target cluster")...)
+	}, cmdflags.ClusterFlags("bulk", "ESCF_BULK", "the bulk sink's target cluster")...)
 }
 
 // buildBulkSink contacts the target cluster once, so that bad URLs,
 // credentials or certificates stop consume at once instead of
 // dead-lettering events.
 func buildBulkSink(ctx context.Context, cmd *cli.Command, env sinkEnv) (sink.Sink, error) {
-	urls := splitList(cmd.StringSlice("bulk-es"))
+	urls := cmdflags.SplitList(cmd.StringSlice("bulk-es"))
 	if len(urls) == 0 {
 		return nil, usagef("--sink bulk needs --bulk-es <target cluster URL>")
 	}
-	ecfg, err := clusterConn(cmd, "bulk", urls)
+	ecfg, err := cmdflags.ClusterConn(cmd, "bulk", urls)
 	if err != nil {
 		return nil, err
 	}
-	client, err := connectCluster(ctx, ecfg, "bulk-es", "bulk", "bulk sink: ", false, env.log)
+	client, err := cmdflags.ConnectCluster(ctx, ecfg, "bulk-es", "bulk", "bulk sink: ", false, env.log)
 	if err != nil {
 		return nil, fmt.Errorf("--sink bulk: %w", err)
 	}
@@ -236,7 +238,7 @@ func buildBulkSink(ctx context.Context, cmd *cli.Command, env sinkEnv) (sink.Sin
 // redisSinkFlags are the redis sink's own flags and those of its cache's
 // Redis (redisFlags "cache-redis").
 func redisSinkFlags() []cli.Flag {
-	cache := redisFlags("cache-redis", "ESCF_CACHE_REDIS", "the redis sink's cache", "")
+	cache := cmdflags.RedisFlags("cache-redis", "ESCF_CACHE_REDIS", "the redis sink's cache", "")
 	cache[0].(*cli.StringFlag).DefaultText = "the feed's Redis"
 	return append([]cli.Flag{
 		&cli.StringFlag{Name: "cache-key", Value: sink.DefaultRedisKey, Usage: "redis sink: key template ({index}, {index_uuid}, {shard}, {id}, {routing})", Sources: cli.EnvVars("ESCF_CACHE_KEY")},
@@ -253,11 +255,11 @@ func buildRedisSink(ctx context.Context, cmd *cli.Command, env sinkEnv) (sink.Si
 	var cache redis.UniversalClient
 	if cmd.String("cache-redis") != "" {
 		var err error
-		if cache, err = connectCache(ctx, cmd, env.log); err != nil {
+		if cache, err = cmdflags.ConnectCache(ctx, cmd, env.log); err != nil {
 			return nil, err
 		}
 		cfg.Client = cache
-	} else if used := setFlags(cmd, redisFlagNames("cache-redis")); len(used) > 0 {
+	} else if used := cmdflags.SetFlags(cmd, cmdflags.RedisFlagNames("cache-redis")); len(used) > 0 {
 		return nil, usagef("--%s needs --cache-redis: add --cache-redis <URL>, or drop --%s (the feed's Redis is the cache by default, with the --redis flags)", used[0], used[0])
 	}
 	s, err := sink.NewRedis(cfg)
@@ -311,7 +313,7 @@ func buildPostgresSink(ctx context.Context, cmd *cli.Command, env sinkEnv) (sink
 	if u == "" {
 		return nil, usagef("--sink postgres needs --postgres-url <libpq URL>, e.g. postgres://escf@127.0.0.1:5432/app")
 	}
-	pw, err := secret(cmd, "postgres-password", "postgres-password-file")
+	pw, err := cmdflags.Secret(cmd, "postgres-password", "postgres-password-file")
 	if err != nil {
 		return nil, err
 	}
@@ -332,4 +334,18 @@ func buildPostgresSink(ctx context.Context, cmd *cli.Command, env sinkEnv) (sink
 		return nil, fmt.Errorf("--sink postgres: PostgreSQL at %s: %w", urlx.RedactConn(u), err)
 	}
 	return s, nil
+}
+
+// closingSink is a sink whose Redis client main opened: Close closes both.
+type closingSink struct {
+	sink.Sink
+	client redis.UniversalClient
+}
+
+func (s closingSink) Close(ctx context.Context) error {
+	err := s.Sink.Close(ctx)
+	if cerr := s.client.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
 }
