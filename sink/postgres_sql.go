@@ -61,36 +61,11 @@ type pgTemplate []bulkTemplatePart
 // parsePgTemplate parses a table template, naming every unknown
 // placeholder in its error.
 func parsePgTemplate(s string) (pgTemplate, error) {
-	var t pgTemplate
-	var unknown []string
-	rest := s
-	for rest != "" {
-		open := strings.IndexByte(rest, '{')
-		if cl := strings.IndexByte(rest, '}'); cl >= 0 && (open < 0 || cl < open) {
-			return nil, fmt.Errorf("Table %q: '}' without '{'", s)
-		}
-		if open < 0 {
-			t = append(t, bulkTemplatePart{literal: rest})
-			break
-		}
-		if open > 0 {
-			t = append(t, bulkTemplatePart{literal: rest[:open]})
-		}
-		cl := strings.IndexByte(rest[open:], '}')
-		if cl < 0 {
-			return nil, fmt.Errorf("Table %q: '{' without '}'", s)
-		}
-		switch name := rest[open+1 : open+cl]; name {
-		case "index", "index_uuid":
-			t = append(t, bulkTemplatePart{placeholder: name})
-		default:
-			unknown = append(unknown, "{"+name+"}")
-		}
-		rest = rest[open+cl+1:]
+	parts, err := parseTemplate("Table", s)
+	if err != nil {
+		return nil, err
 	}
-	if len(unknown) > 0 {
-		return nil, fmt.Errorf("Table %q: unknown placeholder %s: use {index} or {index_uuid}", s, strings.Join(unknown, ", "))
-	}
+	t := pgTemplate(parts)
 	if len(t) == 0 {
 		return nil, errors.New("Table is empty")
 	}
