@@ -56,33 +56,16 @@ func (c *Client) SeqNoHistogram(ctx context.Context, index string, shard int, no
 		"query":            query,
 		"aggs":             map[string]any{"seq": map[string]any{"histogram": map[string]any{"field": "_seq_no", "interval": interval, "min_doc_count": 1}}},
 	}
-	var r struct {
-		TimedOut     *bool        `json:"timed_out"`
-		Shards       shardsHeader `json:"_shards"`
-		Aggregations struct {
-			Seq *struct {
-				Buckets []struct {
-					Key      *float64 `json:"key"`
-					DocCount *int64   `json:"doc_count"`
-				} `json:"buckets"`
-			} `json:"seq"`
-		} `json:"aggregations"`
+	type bucket struct {
+		Key      *float64 `json:"key"`
+		DocCount *int64   `json:"doc_count"`
 	}
-	path := "/" + url.PathEscape(index) + "/_search?preference=" + shardPreference(shard, node)
-	if err := c.do(ctx, op, http.MethodPost, path, body, &r); err != nil {
+	got, err := searchOneShard[bucket](ctx, c, op, index, shard, node, body, "the histogram")
+	if err != nil {
 		return nil, err
 	}
-	if err := r.Shards.check(op); err != nil {
-		return nil, err
-	}
-	if r.TimedOut == nil || *r.TimedOut {
-		return nil, &Error{Op: op, Status: 200, Reason: "the aggregation timed out (or the answer has no timed_out)", Err: ErrPartial}
-	}
-	if r.Shards.Total != 1 || r.Aggregations.Seq == nil {
-		return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("an answer over %d shards without the histogram, want shard %d alone", r.Shards.Total, shard), Err: ErrMalformed}
-	}
-	out := make(map[int64]int64, len(r.Aggregations.Seq.Buckets))
-	for _, b := range r.Aggregations.Seq.Buckets {
+	out := make(map[int64]int64, len(got))
+	for _, b := range got {
 		if b.Key == nil || b.DocCount == nil || *b.DocCount < 0 || *b.Key != math.Trunc(*b.Key) || math.Abs(*b.Key) > 1<<53 {
 			return nil, &Error{Op: op, Status: 200, Reason: "a histogram bucket without a whole key or a doc count", Err: ErrMalformed}
 		}
@@ -182,14 +165,36 @@ func (c *Client) SeqNoCounts(ctx context.Context, index string, shard int, node 
 		"query":            seqNoUnion(spans),
 		"aggs":             map[string]any{"seq": map[string]any{"filters": map[string]any{"filters": filters}}},
 	}
+	type bucket struct {
+		DocCount *int64 `json:"doc_count"`
+	}
+	buckets, err := searchOneShard[bucket](ctx, c, op, index, shard, node, body, "the counts")
+	if err != nil {
+		return nil, err
+	}
+	if len(buckets) != len(spans) {
+		return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("%d buckets for %d spans", len(buckets), len(spans)), Err: ErrMalformed}
+	}
+	out := make([]int64, len(spans))
+	for i, b := range buckets {
+		if b.DocCount == nil || *b.DocCount < 0 || *b.DocCount > spans[i].UpTo-spans[i].After {
+			return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("bucket %d has no doc count, or more documents than the span (%d, %d] has seq nos", i, spans[i].After, spans[i].UpTo), Err: ErrMalformed}
+		}
+		out[i] = *b.DocCount
+	}
+	return out, nil
+}
+
+// searchOneShard sends an aggregation "seq" to one shard of index (on
+// node, if given) and returns its buckets, refusing a partial, timed-out
+// or other shards' answer; what names the aggregation in errors.
+func searchOneShard[B any](ctx context.Context, c *Client, op, index string, shard int, node string, body any, what string) ([]B, error) {
 	var r struct {
 		TimedOut     *bool        `json:"timed_out"`
 		Shards       shardsHeader `json:"_shards"`
 		Aggregations struct {
 			Seq *struct {
-				Buckets []struct {
-					DocCount *int64 `json:"doc_count"`
-				} `json:"buckets"`
+				Buckets []B `json:"buckets"`
 			} `json:"seq"`
 		} `json:"aggregations"`
 	}
@@ -204,17 +209,7 @@ func (c *Client) SeqNoCounts(ctx context.Context, index string, shard int, node 
 		return nil, &Error{Op: op, Status: 200, Reason: "the aggregation timed out (or the answer has no timed_out)", Err: ErrPartial}
 	}
 	if r.Shards.Total != 1 || r.Aggregations.Seq == nil {
-		return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("an answer over %d shards without the counts, want shard %d alone", r.Shards.Total, shard), Err: ErrMalformed}
+		return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("an answer over %d shards without %s, want shard %d alone", r.Shards.Total, what, shard), Err: ErrMalformed}
 	}
-	if b := r.Aggregations.Seq.Buckets; len(b) != len(spans) {
-		return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("%d buckets for %d spans", len(b), len(spans)), Err: ErrMalformed}
-	}
-	out := make([]int64, len(spans))
-	for i, b := range r.Aggregations.Seq.Buckets {
-		if b.DocCount == nil || *b.DocCount < 0 || *b.DocCount > spans[i].UpTo-spans[i].After {
-			return nil, &Error{Op: op, Status: 200, Reason: fmt.Sprintf("bucket %d has no doc count, or more documents than the span (%d, %d] has seq nos", i, spans[i].After, spans[i].UpTo), Err: ErrMalformed}
-		}
-		out[i] = *b.DocCount
-	}
-	return out, nil
+	return r.Aggregations.Seq.Buckets, nil
 }
