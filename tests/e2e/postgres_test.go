@@ -268,6 +268,7 @@ func TestBootstrap_PostgresAfterHistoryLost(t *testing.T) {
 	stopWriters := startWriters(t, c, ix, 4, 78, true, true)
 	m := consume()
 	waitStream(t, f, 300, time.Minute)
+	waitGroupRead(t, f.rdb, f.keys.Events(), "sql", 300, time.Minute) // the table exists once the consumer applied a batch
 	stopGracefully(t, m, "the postgres consumer")
 	table := sink.PostgresTableName("escf_" + ix)
 	before := len(pgRows(t, pool, table))
