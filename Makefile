@@ -1,6 +1,6 @@
 # es-changefeed — build and test.
 #
-#   make test    install redis-server, a C compiler, docker-compose,
+#   make test    install redis-server, PostgreSQL, a C compiler, docker-compose,
 #                promtool, a JDK 17 and Maven if missing, check compose/prometheus/ with promtool,
 #                then go test -race ./... (the emulator; compose/*.yml
 #                checked with docker-compose, the metric names of the
@@ -32,7 +32,7 @@
 GO ?= go
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: test test-engines golden bench vet redis-server cc docker-compose promtool rules java examples build fuzz reliability
+.PHONY: test test-engines golden bench vet redis-server postgresql cc docker-compose promtool rules java examples build fuzz reliability
 
 # The binary at ./es-changefeed, stamped like the image: the version
 # (git describe) and the commit (-buildvcs=false keeps Go from stamping
@@ -50,6 +50,16 @@ redis-server:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server >/dev/null; \
 	}
 	@redis-server --version
+
+# Debian's postgresql: tests/pgtest runs initdb and postgres from
+# /usr/lib/postgresql/<version>/bin (the postgres sink's tests).
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { \
+		echo "postgresql missing: installing it with apt-get"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends postgresql >/dev/null; \
+	}
+	@ls -d /usr/lib/postgresql/*/bin/postgres | tail -1
 
 # A C compiler builds the slow-fsync LD_PRELOAD shim of tests/redistest
 # (appendfsync everysec losing acknowledged commits on every kill).
@@ -143,7 +153,7 @@ ENGINE_JOBS ?= 1
 # A go test -skip pattern for make test-engines (none by default).
 ENGINE_SKIP ?=
 
-test: redis-server cc docker-compose promtool java examples vet rules
+test: redis-server postgresql cc docker-compose promtool java examples vet rules
 	ESCF_REQUIRE_COMPOSE=1 $(GO) test -race -count=1 -timeout 15m $$($(GO) list ./... | grep -v '/tests/engines$$')
 	@$(MAKE) --no-print-directory engine-$(DEFAULT_ENGINE) RACE=-race
 
@@ -181,7 +191,7 @@ fuzz:
 RUNS ?= 1
 FIGURES ?= /tmp/escf-figures.jsonl
 
-reliability: redis-server cc
+reliability: redis-server postgresql cc
 	@rm -f $(FIGURES)
 	ESCF_FIGURES=$(FIGURES) $(GO) test -count=$(RUNS) -timeout 60m -run 'TestReliability|TestAudit' ./tests/e2e/
 	$(GO) run ./tests/figures $(FIGURES)

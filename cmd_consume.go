@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/internal/cmdflags"
+
 	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/consumer"
@@ -19,11 +21,11 @@ func consumeCommand() *cli.Command {
 		Name:  "consume",
 		Usage: "apply the feed's events to a sink with a worker pool in a Redis consumer group",
 		Flags: append([]cli.Flag{
-			feedFlag(),
+			cmdflags.FeedFlag(),
 			&cli.StringFlag{Name: "group", Usage: "consumer group (required)", Sources: cli.EnvVars("ESCF_GROUP")},
 			&cli.StringFlag{Name: "consumer", Usage: "this consumer's name in the group", DefaultText: "<host>-<pid>", Sources: cli.EnvVars("ESCF_CONSUMER")},
 			&cli.IntFlag{Name: "workers", Value: consumer.DefaultWorkers, Usage: "lanes: events of one document always go to the same lane", Sources: cli.EnvVars("ESCF_WORKERS")},
-			readPartitionsFlag(),
+			cmdflags.ReadPartitionsFlag(),
 			waitForFeedFlag(),
 			&cli.StringFlag{Name: "start", Value: consumer.DefaultStart, Usage: "where a new group starts: 0 (the whole stream; refused once the stream was trimmed: use --bootstrap) or $ (new events only)", Sources: cli.EnvVars("ESCF_START")},
 			&cli.BoolFlag{Name: "bootstrap", Usage: "join the feed with no gap however much was trimmed, or re-initialize a group that lost history: copy the cluster's current documents (--es) through the sink, then follow the stream from where it was when the copy began", Sources: cli.EnvVars("ESCF_BOOTSTRAP")},
@@ -35,7 +37,7 @@ func consumeCommand() *cli.Command {
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: consumer.DefaultShutdownTimeout, Usage: "time events in flight get to finish after SIGTERM", Sources: cli.EnvVars("ESCF_SHUTDOWN_TIMEOUT")},
 			metricsFlag(),
 		}, slices.Concat(sinkFlags(), bootstrapFlags(), logFlags(),
-			redisFlags("redis", "ESCF_REDIS", "the feed's Redis", redisx.DefaultURL))...),
+			cmdflags.RedisFlags("redis", "ESCF_REDIS", "the feed's Redis", redisx.DefaultURL))...),
 		Action: consumeAction,
 	}
 }
@@ -49,14 +51,14 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 	if group == "" {
 		return usagef("no consumer group: pass --group <name> (or ESCF_GROUP)")
 	}
-	defer func() { err = explainLost(err, feed, group) }()
-	if err := checkFeed(feed); err != nil {
+	defer func() { err = cmdflags.ExplainLost(err, feed, group) }()
+	if err := cmdflags.CheckFeed(feed); err != nil {
 		return err
 	}
 	if err := checkSinkFlags(cmd); err != nil {
 		return err
 	}
-	if err := checkPartitionsFlag(cmd); err != nil {
+	if err := cmdflags.CheckPartitionsFlag(cmd); err != nil {
 		return err
 	}
 	if err := checkWaitForFeed(cmd); err != nil {
@@ -65,7 +67,7 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 	if err := needs(cmd, "bootstrap", "bootstrap-only"); err != nil {
 		return err
 	}
-	rcfg, err := redisConfig(cmd, "redis")
+	rcfg, err := cmdflags.RedisConfig(cmd, "redis")
 	if err != nil {
 		return err
 	}
@@ -75,13 +77,13 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	defer func() {
-		if denied := deniedCause(ctx, rcfg); denied != nil {
+		if denied := cmdflags.DeniedCause(ctx, rcfg); denied != nil {
 			err = denied
 		}
 	}()
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rdb, err := connectRedis(pctx, rcfg, keys, log, permissionStop(stop))
+	rdb, err := cmdflags.ConnectRedis(pctx, rcfg, keys, log, cmdflags.PermissionStop(stop))
 	if err != nil {
 		return err
 	}
@@ -114,11 +116,11 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 		var nf *redisx.FeedNotFoundError
 		switch {
 		case errors.As(err, &nf):
-			return advise(err, nf, explainNoFeed(nf, rcfg.Redacted(), wait, cmd.Bool("bootstrap")))
+			return cmdflags.Advise(err, nf, explainNoFeed(nf, rcfg.Redacted(), wait, cmd.Bool("bootstrap")))
 		case ctx.Err() != nil:
 			return nil // stopped while waiting: nothing was read
 		}
-		return explainRedis(err, "redis", rcfg)
+		return cmdflags.ExplainRedis(err, "redis", rcfg)
 	}
 	pctx, cancel = context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -149,7 +151,7 @@ func consumeAction(ctx context.Context, cmd *cli.Command) (err error) {
 			Positions: sinkPositions(s), Logger: log}})
 	if err != nil {
 		closeSink()
-		return usageError{err}
+		return usageError{Err: err}
 	}
 	if cmd.Bool("bootstrap") {
 		if err := bootstrapGroup(ctx, cmd, rdb, f, s, log); err != nil {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/internal/cmdflags"
+
 	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
@@ -42,8 +44,8 @@ func resyncCommand() *cli.Command {
 // relayFlags are the flags of run and resync.
 func relayFlags() []cli.Flag {
 	flags := []cli.Flag{
-		esFlag("Elasticsearch/OpenSearch URL (repeat for several nodes; default " + es.DefaultURL + ")"),
-		feedFlag(),
+		cmdflags.EsFlag("Elasticsearch/OpenSearch URL (repeat for several nodes; default " + es.DefaultURL + ")"),
+		cmdflags.FeedFlag(),
 		&cli.StringSliceFlag{Name: "index", Usage: "index, pattern (logs-*,-logs-debug*), alias or data stream to follow (repeatable, comma-separated)", Sources: cli.EnvVars("ESCF_INDEX")},
 		&cli.BoolFlag{Name: "hidden", Usage: "let wildcards match hidden indices too", Sources: cli.EnvVars("ESCF_HIDDEN")},
 		&cli.DurationFlag{Name: "poll-interval", Value: relay.DefaultPollInterval, Usage: "the poll tick: followed indices are looked at on shared ticks this far apart, with at most one forced refresh per index and tick", Sources: cli.EnvVars("ESCF_POLL_INTERVAL"), Validator: positiveDuration("poll-interval")},
@@ -52,7 +54,8 @@ func relayFlags() []cli.Flag {
 		&cli.StringFlag{Name: "from", Value: relay.FromBeginning, Usage: "start of shards without a checkpoint: beginning or now", Sources: cli.EnvVars("ESCF_FROM")},
 		&cli.DurationFlag{Name: "lease-ttl", Value: redisx.DefaultLeaseTTL, Usage: "relay lease TTL; a standby takes over within 2×TTL of the owner's death", Sources: cli.EnvVars("ESCF_LEASE_TTL"), Validator: positiveDuration("lease-ttl")},
 		&cli.BoolFlag{Name: "deletes", Usage: "detect deleted documents and emit delete events", Sources: cli.EnvVars("ESCF_DELETES")},
-		&cli.DurationFlag{Name: "delete-scan-interval", Value: deletes.DefaultInterval, Usage: "least time between two delete scans of a shard", Sources: cli.EnvVars("ESCF_DELETE_SCAN_INTERVAL"), Validator: positiveDuration("delete-scan-interval")},
+		&cli.DurationFlag{Name: "delete-scan-interval", Value: deletes.DefaultInterval, Usage: "least time between two delete scans of a shard (0: none, scans are paced by --delete-scan-budget alone)", Sources: cli.EnvVars("ESCF_DELETE_SCAN_INTERVAL"), Validator: nonNegativeDuration("delete-scan-interval")},
+		&cli.FloatFlag{Name: "delete-scan-budget", Value: deletes.DefaultBudget, Usage: "share of wall time a shard's delete scans may keep the cluster busy: after a scan whose requests took t, the shard waits t×(1−budget)/budget (0 < budget ≤ 1; 1: no pause)", Sources: cli.EnvVars("ESCF_DELETE_SCAN_BUDGET"), Validator: shareOfTime("delete-scan-budget")},
 		&cli.FloatFlag{Name: "max-delete-fraction", Value: deletes.DefaultMaxDeleteFraction, Usage: "a scan deleting more than this share of a shard's documents is confirmed by a second scan first", Sources: cli.EnvVars("ESCF_MAX_DELETE_FRACTION")},
 		&cli.StringFlag{Name: "delete-listing", Value: "auto", Usage: "how a shard's first scan after the upgrade to delivered ranges lists its live ids (once, to move the delivered set of the older version into ranges): auto, pit or scroll", Sources: cli.EnvVars("ESCF_DELETE_LISTING")},
 		&cli.BoolFlag{Name: "index-deleted-event", Usage: "end a deleted index with its index_deleted event only, without a delete per document first", Sources: cli.EnvVars("ESCF_INDEX_DELETED_EVENT")},
@@ -64,11 +67,11 @@ func relayFlags() []cli.Flag {
 		&cli.IntFlag{Name: "wait-replicas", Usage: "after each commit, wait (Redis WAIT) until this many replicas have it; fewer within --wait-timeout: the relay reloads its state and goes on (0: do not wait)", Sources: cli.EnvVars("ESCF_WAIT_REPLICAS")},
 		&cli.DurationFlag{Name: "wait-timeout", Value: checkpoint.DefaultWaitTimeout, Usage: "with --wait-replicas: how long each commit waits for the replicas", Sources: cli.EnvVars("ESCF_WAIT_TIMEOUT"), Validator: positiveDuration("wait-timeout")},
 		metricsFlag(),
-		partitionsFlag(fmt.Sprintf("split the feed in this many partitions (1..%d), each with its own stream, checkpoints and lease under escf:{<feed>:<p>}:…; ", redisx.MaxPartitions) +
+		cmdflags.PartitionsFlag(fmt.Sprintf("split the feed in this many partitions (1..%d), each with its own stream, checkpoints and lease under escf:{<feed>:<p>}:…; ", redisx.MaxPartitions) +
 			"relays run with the same count share them; fixed for the life of the feed"),
 	}
-	flags = append(flags, redisFlags("redis", "ESCF_REDIS", "the feed's Redis", redisx.DefaultURL)...)
-	return slices.Insert(flags, 1, clusterFlags("es", "ESCF_ES", "the cluster")...) // after --es
+	flags = append(flags, cmdflags.RedisFlags("redis", "ESCF_REDIS", "the feed's Redis", redisx.DefaultURL)...)
+	return slices.Insert(flags, 1, cmdflags.ClusterFlags("es", "ESCF_ES", "the cluster")...) // after --es
 }
 
 // runConfig is everything `run` and `resync` need, parsed and validated.
@@ -87,14 +90,14 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 		PollInterval: cmd.Duration("poll-interval"), BatchSize: cmd.Int("batch-size"), ReadConcurrency: cmd.Int("read-concurrency"),
 		From: cmd.String("from"), LeaseTTL: cmd.Duration("lease-ttl"), Partitions: cmd.Int("partitions"),
 		Deletes: relay.Deletes{Enabled: cmd.Bool("deletes"), Interval: cmd.Duration("delete-scan-interval"),
-			MaxDeleteFraction: cmd.Float("max-delete-fraction"), Listing: cmd.String("delete-listing"),
+			Budget: cmd.Float("delete-scan-budget"), MaxDeleteFraction: cmd.Float("max-delete-fraction"), Listing: cmd.String("delete-listing"),
 			IndexDeletedEvent: cmd.Bool("index-deleted-event")},
 		Retention: relay.Retention{Trim: cmd.Bool("trim"), TrimInterval: cmd.Duration("trim-interval"), MaxStreamLen: cmd.Int64("max-stream-len"),
 			MinRetention: cmd.Duration("min-retention"), MaxBacklog: cmd.Int64("max-backlog")},
 		Durability: relay.Durability{WaitReplicas: cmd.Int("wait-replicas"), WaitTimeout: cmd.Duration("wait-timeout")},
 	}
 	c := runConfig{metricsAddr: cmd.String("metrics-addr"), feed: f}
-	if err := needs(cmd, "deletes", "delete-scan-interval", "max-delete-fraction", "delete-listing", "index-deleted-event"); err != nil {
+	if err := needs(cmd, "deletes", "delete-scan-interval", "delete-scan-budget", "max-delete-fraction", "delete-listing", "index-deleted-event"); err != nil {
 		return c, err
 	}
 	if err := needs(cmd, "trim", "trim-interval", "max-stream-len", "min-retention"); err != nil {
@@ -107,7 +110,7 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 		return c, usagef("--wait-timeout needs --wait-replicas N (N > 0)")
 	}
 	var err error
-	if c.es, err = clusterConn(cmd, "es", esURLs(cmd, es.DefaultURL)); err != nil {
+	if c.es, err = cmdflags.ClusterConn(cmd, "es", cmdflags.EsURLs(cmd, es.DefaultURL)); err != nil {
 		return c, err
 	}
 	if rt := f.Retention; rt.MaxBacklog < 0 || rt.MaxStreamLen < 1 || rt.TrimInterval <= 0 || rt.MinRetention < 0 {
@@ -126,7 +129,7 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 	if len(f.Targets) == 0 {
 		return c, usagef("no index to follow: pass --index <name, pattern, alias or data stream> (or ESCF_INDEX)")
 	}
-	if err := checkFeed(f.Feed); err != nil {
+	if err := cmdflags.CheckFeed(f.Feed); err != nil {
 		return c, err
 	}
 	if f.ReadConcurrency < 1 || f.ReadConcurrency > relay.MaxReadConcurrency {
@@ -141,10 +144,10 @@ func parseRunFlags(cmd *cli.Command) (runConfig, error) {
 	if err := (es.Config{URLs: c.es.URLs}).Validate(); err != nil {
 		return c, usagef("--es: %v", err)
 	}
-	if c.redis, err = redisConfig(cmd, "redis"); err != nil {
+	if c.redis, err = cmdflags.RedisConfig(cmd, "redis"); err != nil {
 		return c, err
 	}
-	if err := checkPartitionsFlag(cmd); err != nil {
+	if err := cmdflags.CheckPartitionsFlag(cmd); err != nil {
 		return c, err
 	}
 	return c, nil
@@ -175,19 +178,19 @@ func runFeed(ctx context.Context, cfg runConfig, log *slog.Logger) (err error) {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	defer func() {
-		if denied := deniedCause(ctx, cfg.redis); denied != nil {
+		if denied := cmdflags.DeniedCause(ctx, cfg.redis); denied != nil {
 			err = denied
 		}
 	}()
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rdb, err := connectRedis(pctx, cfg.redis, keys, log, permissionStop(stop))
+	rdb, err := cmdflags.ConnectRedis(pctx, cfg.redis, keys, log, cmdflags.PermissionStop(stop))
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
-	warnPersistence(pctx, rdb, log)
-	client, err := connectCluster(pctx, cfg.es, "es", "es", "", true, log)
+	cmdflags.WarnPersistence(pctx, rdb, log)
+	client, err := cmdflags.ConnectCluster(pctx, cfg.es, "es", "es", "", true, log)
 	if err != nil {
 		return err
 	}
@@ -200,13 +203,13 @@ func runFeed(ctx context.Context, cfg runConfig, log *slog.Logger) (err error) {
 	fc.Metrics = reg
 	f, err := relay.NewFeed(fc)
 	if err != nil {
-		return usageError{err}
+		return usageError{Err: err}
 	}
 	if err := serveOps(ctx, cfg.metricsAddr, reg, rdb, keys, client, f.Health, f.Ready, log); err != nil {
 		return err
 	}
 	if err := f.Run(ctx); err != nil {
-		return explainES(err, "es", "es", cfg.es)
+		return cmdflags.ExplainES(err, "es", "es", cfg.es)
 	}
 	return nil
 }

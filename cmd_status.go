@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/internal/cmdflags"
+
 	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
@@ -25,12 +27,12 @@ func statusCommand() *cli.Command {
 		Name:  "status",
 		Usage: "print the feed's state (checkpoints vs global checkpoints, stream, groups, lease, dead letters); exit 1 if unhealthy",
 		Flags: append([]cli.Flag{
-			feedFlag(),
-			esFlag("cluster URL, to show each shard's global checkpoint and lag (optional)"),
+			cmdflags.FeedFlag(),
+			cmdflags.EsFlag("cluster URL, to show each shard's global checkpoint and lag (optional)"),
 			&cli.Int64Flag{Name: "max-lag", Value: status.DefaultMaxLag, Usage: "unhealthy above this lag (shard operations or group entries)", Sources: cli.EnvVars("ESCF_MAX_LAG")},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
-			readPartitionsFlag(),
-		}, append(clusterFlags("es", "ESCF_ES", "the cluster"), redisFlags("redis", "ESCF_REDIS", "the feed's Redis", redisx.DefaultURL)...)...),
+			cmdflags.ReadPartitionsFlag(),
+		}, append(cmdflags.ClusterFlags("es", "ESCF_ES", "the cluster"), cmdflags.RedisFlags("redis", "ESCF_REDIS", "the feed's Redis", redisx.DefaultURL)...)...),
 		Action: statusAction,
 	}
 }
@@ -48,29 +50,29 @@ func statusAction(ctx context.Context, cmd *cli.Command) (err error) {
 				Feed    string `json:"feed"`
 				Healthy bool   `json:"healthy"`
 				Error   string `json:"error"`
-			}{cmd.String("feed"), false, explain(err).Error()})
+			}{cmd.String("feed"), false, cmdflags.Explain(err).Error()})
 		}
 	}()
 	feed := cmd.String("feed")
-	if err := checkFeed(feed); err != nil {
+	if err := cmdflags.CheckFeed(feed); err != nil {
 		return err
 	}
-	urls := esURLs(cmd)
-	ecfg, err := clusterConn(cmd, "es", urls)
+	urls := cmdflags.EsURLs(cmd)
+	ecfg, err := cmdflags.ClusterConn(cmd, "es", urls)
 	if err != nil {
 		return err
 	}
-	rcfg, err := redisConfig(cmd, "redis")
+	rcfg, err := cmdflags.RedisConfig(cmd, "redis")
 	if err != nil {
 		return err
 	}
-	if err := checkPartitionsFlag(cmd); err != nil {
+	if err := cmdflags.CheckPartitionsFlag(cmd); err != nil {
 		return err
 	}
 	keys := redisx.NewKeys(feed)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	rdb, err := connectRedis(ctx, rcfg, keys, slog.New(slog.NewTextHandler(cmd.Root().ErrWriter, nil)), nil)
+	rdb, err := cmdflags.ConnectRedis(ctx, rcfg, keys, slog.New(slog.NewTextHandler(cmd.Root().ErrWriter, nil)), nil)
 	if err != nil {
 		return err
 	}
@@ -80,14 +82,14 @@ func statusAction(ctx context.Context, cmd *cli.Command) (err error) {
 		ecfg.RequestTimeout = 10 * time.Second
 		client, err := es.New(ecfg)
 		if err != nil {
-			return usageError{fmt.Errorf("--es: %w", err)}
+			return usageError{Err: fmt.Errorf("--es: %w", err)}
 		}
 		if ecfg.InsecureSkipVerify {
-			warnInsecure(slog.New(slog.NewTextHandler(cmd.Root().ErrWriter, nil)), "es-insecure", client.URLs())
+			cmdflags.WarnInsecure(slog.New(slog.NewTextHandler(cmd.Root().ErrWriter, nil)), "es-insecure", client.URLs())
 		}
 		src.ES = client
 	} else {
-		for _, f := range usedClusterFlags(cmd, "es") {
+		for _, f := range cmdflags.UsedClusterFlags(cmd, "es") {
 			return usagef("--%s needs --es: add --es <cluster URL>, or drop --%s", f, f)
 		}
 	}
@@ -100,7 +102,7 @@ func statusAction(ctx context.Context, cmd *cli.Command) (err error) {
 	if _, err := redisx.FindFeed(ctx, rdb, feed, lookIn); err != nil {
 		var nf *redisx.FeedNotFoundError
 		if !errors.As(err, &nf) {
-			return explainRedis(err, "redis", rcfg)
+			return cmdflags.ExplainRedis(err, "redis", rcfg)
 		}
 		rep := status.GatherAbsent(ctx, rdb, feed, explainNoFeed(nf, rcfg.Redacted(), -1, false))
 		if err := printReport(cmd, rep, rep.Healthy, len(rep.Problems)); !errors.Is(err, errUnhealthy) {
@@ -111,7 +113,7 @@ func statusAction(ctx context.Context, cmd *cli.Command) (err error) {
 	// The partition record is read with HGETALL, which status's ACL has.
 	meta, err := checkpoint.ReadMeta(ctx, rdb, keys)
 	if err != nil {
-		return explainRedis(err, "redis", rcfg)
+		return cmdflags.ExplainRedis(err, "redis", rcfg)
 	}
 	rec, err := redisx.ParsePartitionRecord(feed, meta)
 	if err != nil {
@@ -126,7 +128,7 @@ func statusAction(ctx context.Context, cmd *cli.Command) (err error) {
 	}
 	rep, err := status.Gather(ctx, src)
 	if err != nil {
-		return explainRedis(err, "redis", rcfg)
+		return cmdflags.ExplainRedis(err, "redis", rcfg)
 	}
 	return printReport(cmd, rep, rep.Healthy, len(rep.Problems))
 }
@@ -155,7 +157,7 @@ func printReport(cmd *cli.Command, rep interface{ WriteText(io.Writer) error }, 
 func statusPartitions(ctx context.Context, cmd *cli.Command, src status.Sources, partitions int, rcfg redisx.ClientConfig) error {
 	rep, err := status.GatherPartitions(ctx, src, partitions)
 	if err != nil {
-		return explainRedis(err, "redis", rcfg)
+		return cmdflags.ExplainRedis(err, "redis", rcfg)
 	}
 	return printReport(cmd, rep, rep.Healthy, len(rep.Problems))
 }

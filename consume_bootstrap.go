@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/internal/cmdflags"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
@@ -22,7 +24,7 @@ import (
 // and how. --bootstrap itself is consume's.
 func bootstrapFlags() []cli.Flag {
 	flags := []cli.Flag{
-		esFlag("--bootstrap: the source cluster's URL (repeat for several nodes)"),
+		cmdflags.EsFlag("--bootstrap: the source cluster's URL (repeat for several nodes)"),
 		&cli.StringSliceFlag{Name: "index", Usage: "--bootstrap: index expressions to copy, as run's --index (default: those the feed recorded for its indices)", Sources: cli.EnvVars("ESCF_INDEX")},
 		&cli.BoolFlag{Name: "hidden", Usage: "--bootstrap: let wildcards of --index match hidden indices too, as run's --hidden", Sources: cli.EnvVars("ESCF_HIDDEN")},
 		&cli.IntFlag{Name: "bootstrap-page-size", Value: bootstrap.DefaultPageSize, Usage: "--bootstrap: documents per listing page (1..10000)", Sources: cli.EnvVars("ESCF_BOOTSTRAP_PAGE_SIZE")},
@@ -31,7 +33,7 @@ func bootstrapFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "bootstrap-skip-closed", Usage: "--bootstrap: copy the other indices when one the feed follows is closed (its documents are then missing)", Sources: cli.EnvVars("ESCF_BOOTSTRAP_SKIP_CLOSED")},
 		&cli.BoolFlag{Name: "bootstrap-reconcile", Value: true, Usage: "--bootstrap with --sink bulk: delete what the mirror holds that the source no longer has (=false: keep it)", Sources: cli.EnvVars("ESCF_BOOTSTRAP_RECONCILE")},
 	}
-	return append(flags, clusterFlags("es", "ESCF_ES", "the source cluster")...)
+	return append(flags, cmdflags.ClusterFlags("es", "ESCF_ES", "the source cluster")...)
 }
 
 // runBootstrapCopy copies every current document of the feed's indices
@@ -60,14 +62,14 @@ func prepareBootstrapCopy(ctx context.Context, cmd *cli.Command, feed string, rd
 	if err != nil {
 		return nil, err
 	}
-	urls := esURLs(cmd)
+	urls := cmdflags.EsURLs(cmd)
 	if len(urls) == 0 {
 		return nil, usagef("--bootstrap needs --es <the source cluster's URL>: the documents are copied from it")
 	}
 	if err := (es.Config{URLs: urls}).Validate(); err != nil {
 		return nil, usagef("--es: %v", err)
 	}
-	ecfg, err := clusterConn(cmd, "es", urls)
+	ecfg, err := cmdflags.ClusterConn(cmd, "es", urls)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +94,7 @@ func prepareBootstrapCopy(ctx context.Context, cmd *cli.Command, feed string, rd
 		}
 		rec = r
 	}
-	client, err := connectCluster(ctx, ecfg, "es", "es", "bootstrap: ", true, log)
+	client, err := cmdflags.ConnectCluster(ctx, ecfg, "es", "es", "bootstrap: ", true, log)
 	if err != nil {
 		return nil, err
 	}

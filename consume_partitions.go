@@ -8,6 +8,8 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/es-changefeed/es-changefeed/internal/cmdflags"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
@@ -15,16 +17,12 @@ import (
 	"github.com/es-changefeed/es-changefeed/redisx"
 )
 
-// readPartitionsUsage is --partitions of consume and status: they read the
-// feed's partitions, they never choose them.
-const readPartitionsUsage = "the feed's partition count (recorded in escf:{feed}:meta, field partitions)"
-
 // resolvePartitions is the partition count to read: --partitions when
 // given (refused with a *redisx.PartitionsError when the feed records
 // another one), else the feed's recorded count (logged when > 1), else 1.
 // It reads the record with HGET and TYPE (a consumer's ACL).
 func resolvePartitions(ctx context.Context, cmd *cli.Command, rdb redis.UniversalClient, feed string, log *slog.Logger) (int, error) {
-	if err := checkPartitionsFlag(cmd); err != nil {
+	if err := cmdflags.CheckPartitionsFlag(cmd); err != nil {
 		return 0, err
 	}
 	rec, err := redisx.ReadPartitions(ctx, rdb, feed)

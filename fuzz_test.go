@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/es-changefeed/es-changefeed/internal/cmdflags"
+
 	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/redisx"
@@ -79,7 +81,7 @@ func FuzzRunFlags(f *testing.F) {
 		if want := relay.SplitTargets([]string{index}); !reflect.DeepEqual(cfg.feed.Targets, want) {
 			t.Fatalf("--index=%q gave targets %q, want %q", index, cfg.feed.Targets, want)
 		}
-		if want := splitList([]string{esURL}); !reflect.DeepEqual(cfg.es.URLs, want) {
+		if want := cmdflags.SplitList([]string{esURL}); !reflect.DeepEqual(cfg.es.URLs, want) {
 			t.Fatalf("--es=%q gave %q, want %q", esURL, cfg.es.URLs, want)
 		}
 		if cfg.redis.URL != redisURL || cfg.feed.Feed != feed || redisx.ValidateFeed(cfg.feed.Feed) != nil {

@@ -20,7 +20,7 @@ const module = "github.com/es-changefeed/es-changefeed"
 // of it ("" is the module root: package main); a package named main (a
 // command, e.g. internal/esemu/cmd/esemu) belongs to the top layer.
 var layers = [][]string{
-	{"", "internal/demo"}, // the CLI, and the demo it runs
+	{"", "internal/demo", "internal/cmdflags"}, // the CLI, the demo it runs, the flags its commands share
 	{"relay", "consumer"},
 	{"deletes", "bootstrap", "sink", "status"},
 	{"checkpoint", "idempotency"},
@@ -32,8 +32,9 @@ var layers = [][]string{
 // layers), besides a package's own subpackages and the small helpers of
 // internal/ among themselves.
 var sideways = map[[2]string]bool{
-	{"", "internal/demo"}: true, // the demo command runs it
-	{"bootstrap", "sink"}: true, // the copy applies documents through a sink
+	{"", "internal/demo"}:     true, // the demo command runs it
+	{"", "internal/cmdflags"}: true, // the commands' shared flags
+	{"bootstrap", "sink"}:     true, // the copy applies documents through a sink
 }
 
 // forbidden are imports (between entries of layers) the layers would allow
@@ -52,7 +53,8 @@ var forbidden = map[[2]string]string{
 // their own subpackages) may import: the emulator ships in the binary for
 // demo alone.
 var onlyImportedBy = map[string][]string{
-	"internal/esemu": {"internal/demo"},
+	"internal/esemu":    {"internal/demo"},
+	"internal/cmdflags": {""},
 }
 
 // layerOf returns the layer index and the entry of a module-relative

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/es-changefeed/es-changefeed/internal/cmdflags"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 )
@@ -28,13 +30,10 @@ const (
 	exitUsage   = 2 // bad flags or configuration
 )
 
-// usageError marks errors in what the user asked for.
-type usageError struct{ err error }
+// usageError marks errors in what the user asked for (exit 2).
+type usageError = cmdflags.UsageError
 
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+var usagef = cmdflags.Usagef
 
 func main() {
 	os.Exit(runMain(os.Args, os.Stdout, os.Stderr))
@@ -66,7 +65,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		ErrWriter:      stderr,
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
 		OnUsageError: func(_ context.Context, _ *cli.Command, err error, _ bool) error {
-			return usageError{err}
+			return usageError{Err: err}
 		},
 		Flags:    []cli.Flag{versionFlag()},
 		Action:   rootAction,
@@ -79,7 +78,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	err = explain(err)
+	err = cmdflags.Explain(err)
 	fmt.Fprintf(stderr, "es-changefeed: %v\n", err)
 	var ue usageError
 	if errors.As(err, &ue) || isCLIUsage(err) {
@@ -175,19 +174,6 @@ func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
 }
 
-// splitList flattens repeatable, comma-separated flag values.
-func splitList(vals []string) []string {
-	var out []string
-	for _, v := range vals {
-		for _, p := range strings.Split(v, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				out = append(out, p)
-			}
-		}
-	}
-	return out
-}
-
 func ownerName() string {
 	host, err := os.Hostname()
 	if err != nil {
@@ -200,6 +186,24 @@ func positiveDuration(name string) func(time.Duration) error {
 	return func(d time.Duration) error {
 		if d <= 0 {
 			return usagef("--%s %s: want a positive duration such as 1s", name, d)
+		}
+		return nil
+	}
+}
+
+func shareOfTime(name string) func(float64) error {
+	return func(v float64) error {
+		if !(v > 0 && v <= 1) {
+			return usagef("--%s %g: want a share of wall time, 0 < share <= 1 (such as 0.1)", name, v)
+		}
+		return nil
+	}
+}
+
+func nonNegativeDuration(name string) func(time.Duration) error {
+	return func(d time.Duration) error {
+		if d < 0 {
+			return usagef("--%s %s: want 0 or a positive duration such as 1s", name, d)
 		}
 		return nil
 	}

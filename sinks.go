@@ -5,11 +5,16 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
+
+	"github.com/es-changefeed/es-changefeed/internal/cmdflags"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/idempotency"
+	"github.com/es-changefeed/es-changefeed/internal/logkey"
+	"github.com/es-changefeed/es-changefeed/internal/urlx"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/sink"
 )
@@ -30,6 +35,7 @@ var consumeSinks = []consumeSink{
 	{name: "http", flags: httpSinkFlags, build: buildHTTPSink},
 	{name: "bulk", flags: bulkSinkFlags, build: buildBulkSink},
 	{name: "redis", flags: redisSinkFlags, build: buildRedisSink},
+	{name: "postgres", flags: postgresSinkFlags, build: buildPostgresSink},
 }
 
 // consumeSink is one sink of consume --sink.
@@ -76,7 +82,7 @@ func sinkFlags() []cli.Flag {
 }
 
 // sinkNames lists the sinks for help and messages: "stdout, file, http,
-// bulk or redis".
+// bulk, redis or postgres".
 func sinkNames() string {
 	names := make([]string, len(consumeSinks))
 	for i, s := range consumeSinks {
@@ -202,22 +208,22 @@ func bulkSinkFlags() []cli.Flag {
 		&cli.StringFlag{Name: "bulk-index", Value: sink.DefaultBulkIndexTemplate, Usage: "bulk sink: target index name template ({index}, {index_uuid})", Sources: cli.EnvVars("ESCF_BULK_INDEX")},
 		&cli.StringFlag{Name: "bulk-positions-index", Value: sink.DefaultBulkPositionsIndex, Usage: "bulk sink: the target index where the sink records how far it applied the stream (checked at start: a feed's Redis that lost entries the mirror applied is history lost)", Sources: cli.EnvVars("ESCF_BULK_POSITIONS_INDEX")},
 		&cli.DurationFlag{Name: "bulk-tombstone-keep", Value: idempotency.DefaultTombstoneKeep, Usage: "bulk sink: how long a delete is remembered in Redis, so that an older upsert applied later cannot bring the document back once the target forgot the delete (index.gc_deletes)", Sources: cli.EnvVars("ESCF_BULK_TOMBSTONE_KEEP")},
-	}, clusterFlags("bulk", "ESCF_BULK", "the bulk sink's target cluster")...)
+	}, cmdflags.ClusterFlags("bulk", "ESCF_BULK", "the bulk sink's target cluster")...)
 }
 
 // buildBulkSink contacts the target cluster once, so that bad URLs,
 // credentials or certificates stop consume at once instead of
 // dead-lettering events.
 func buildBulkSink(ctx context.Context, cmd *cli.Command, env sinkEnv) (sink.Sink, error) {
-	urls := splitList(cmd.StringSlice("bulk-es"))
+	urls := cmdflags.SplitList(cmd.StringSlice("bulk-es"))
 	if len(urls) == 0 {
 		return nil, usagef("--sink bulk needs --bulk-es <target cluster URL>")
 	}
-	ecfg, err := clusterConn(cmd, "bulk", urls)
+	ecfg, err := cmdflags.ClusterConn(cmd, "bulk", urls)
 	if err != nil {
 		return nil, err
 	}
-	client, err := connectCluster(ctx, ecfg, "bulk-es", "bulk", "bulk sink: ", false, env.log)
+	client, err := cmdflags.ConnectCluster(ctx, ecfg, "bulk-es", "bulk", "bulk sink: ", false, env.log)
 	if err != nil {
 		return nil, fmt.Errorf("--sink bulk: %w", err)
 	}
@@ -232,7 +238,7 @@ func buildBulkSink(ctx context.Context, cmd *cli.Command, env sinkEnv) (sink.Sin
 // redisSinkFlags are the redis sink's own flags and those of its cache's
 // Redis (redisFlags "cache-redis").
 func redisSinkFlags() []cli.Flag {
-	cache := redisFlags("cache-redis", "ESCF_CACHE_REDIS", "the redis sink's cache", "")
+	cache := cmdflags.RedisFlags("cache-redis", "ESCF_CACHE_REDIS", "the redis sink's cache", "")
 	cache[0].(*cli.StringFlag).DefaultText = "the feed's Redis"
 	return append([]cli.Flag{
 		&cli.StringFlag{Name: "cache-key", Value: sink.DefaultRedisKey, Usage: "redis sink: key template ({index}, {index_uuid}, {shard}, {id}, {routing})", Sources: cli.EnvVars("ESCF_CACHE_KEY")},
@@ -249,11 +255,11 @@ func buildRedisSink(ctx context.Context, cmd *cli.Command, env sinkEnv) (sink.Si
 	var cache redis.UniversalClient
 	if cmd.String("cache-redis") != "" {
 		var err error
-		if cache, err = connectCache(ctx, cmd, env.log); err != nil {
+		if cache, err = cmdflags.ConnectCache(ctx, cmd, env.log); err != nil {
 			return nil, err
 		}
 		cfg.Client = cache
-	} else if used := setFlags(cmd, redisFlagNames("cache-redis")); len(used) > 0 {
+	} else if used := cmdflags.SetFlags(cmd, cmdflags.RedisFlagNames("cache-redis")); len(used) > 0 {
 		return nil, usagef("--%s needs --cache-redis: add --cache-redis <URL>, or drop --%s (the feed's Redis is the cache by default, with the --redis flags)", used[0], used[0])
 	}
 	s, err := sink.NewRedis(cfg)
@@ -267,4 +273,79 @@ func buildRedisSink(ctx context.Context, cmd *cli.Command, env sinkEnv) (sink.Si
 		return closingSink{s, cache}, nil
 	}
 	return s, nil
+}
+
+func postgresSinkFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "postgres-url", Usage: "postgres sink: the database, as libpq names it: postgres://user@host:5432/db?sslmode=verify-full, or \"host=… dbname=…\" (the PG* environment variables fill what it leaves out)",
+			Sources: cli.EnvVars("ESCF_POSTGRES_URL")},
+		&cli.StringFlag{Name: "postgres-password", Usage: "postgres sink: the password, replacing the URL's (better: the environment variable, PGPASSWORD, ~/.pgpass or --postgres-password-file)",
+			Sources: cli.EnvVars("ESCF_POSTGRES_PASSWORD")},
+		&cli.StringFlag{Name: "postgres-password-file", Usage: "postgres sink: file holding the password (one line), replacing the URL's",
+			Sources: cli.EnvVars("ESCF_POSTGRES_PASSWORD_FILE")},
+		&cli.StringFlag{Name: "postgres-table", Value: sink.DefaultPostgresTable, Usage: "postgres sink: table name template ({index}, {index_uuid}); other characters than letters, digits and '_' become '_', names over 63 bytes end with a hash",
+			Sources: cli.EnvVars("ESCF_POSTGRES_TABLE")},
+		&cli.StringFlag{Name: "postgres-schema", Value: sink.DefaultPostgresSchema, Usage: "postgres sink: the schema of the tables (it must exist)",
+			Sources: cli.EnvVars("ESCF_POSTGRES_SCHEMA")},
+		&cli.StringFlag{Name: "postgres-index-deleted", Value: string(sink.DefaultPostgresIndexDeleted), Usage: "postgres sink: what an index_deleted event does to the index's rows: delete, drop (the table) or keep",
+			Sources: cli.EnvVars("ESCF_POSTGRES_INDEX_DELETED")},
+		&cli.DurationFlag{Name: "postgres-tombstone-keep", Value: idempotency.DefaultTombstoneKeep, Usage: "postgres sink: how long a delete is remembered (escf__tombstones), so that an older upsert applied later cannot bring the row back",
+			Sources: cli.EnvVars("ESCF_POSTGRES_TOMBSTONE_KEEP")},
+		&cli.IntFlag{Name: "postgres-max-batch", Value: sink.DefaultPostgresMaxBatch, Usage: "postgres sink: the most events one transaction applies",
+			Sources: cli.EnvVars("ESCF_POSTGRES_MAX_BATCH")},
+	}
+}
+
+// postgresPingTimeout bounds buildPostgresSink's first contact.
+const postgresPingTimeout = 15 * time.Second
+
+// postgresFewWorkers: below this many lanes the postgres sink's
+// transactions are small (about half the lanes' events each) and consume
+// says so at start.
+const postgresFewWorkers = 64
+
+// buildPostgresSink opens the database and checks it once (it answers,
+// and the sink may create its tables in the schema), so that a bad URL,
+// password or schema stops consume at once, naming the database with its
+// password masked.
+func buildPostgresSink(ctx context.Context, cmd *cli.Command, env sinkEnv) (sink.Sink, error) {
+	u := cmd.String("postgres-url")
+	if u == "" {
+		return nil, usagef("--sink postgres needs --postgres-url <libpq URL>, e.g. postgres://escf@127.0.0.1:5432/app")
+	}
+	pw, err := cmdflags.Secret(cmd, "postgres-password", "postgres-password-file")
+	if err != nil {
+		return nil, err
+	}
+	s, err := sink.NewPostgres(sink.PostgresConfig{URL: u, Password: pw, Table: cmd.String("postgres-table"), Schema: cmd.String("postgres-schema"),
+		IndexDeleted: sink.PostgresIndexDeleted(cmd.String("postgres-index-deleted")), TombstoneKeep: cmd.Duration("postgres-tombstone-keep"),
+		MaxBatch: cmd.Int("postgres-max-batch"), Redis: env.rdb, Keys: env.keys, Logger: env.log})
+	if err != nil {
+		return nil, wrapUsage("postgres", err)
+	}
+	if w := cmd.Int("workers"); w < postgresFewWorkers {
+		env.log.Info("few lanes for the postgres sink: a transaction holds about half of --workers events; pass --workers 512 or more for throughput (docs/PERFORMANCE.md)",
+			logkey.Workers, w)
+	}
+	pctx, cancel := context.WithTimeout(ctx, postgresPingTimeout)
+	defer cancel()
+	if err := s.Ping(pctx); err != nil {
+		_ = s.Close(context.Background())
+		return nil, fmt.Errorf("--sink postgres: PostgreSQL at %s: %w", urlx.RedactConn(u), err)
+	}
+	return s, nil
+}
+
+// closingSink is a sink whose Redis client main opened: Close closes both.
+type closingSink struct {
+	sink.Sink
+	client redis.UniversalClient
+}
+
+func (s closingSink) Close(ctx context.Context) error {
+	err := s.Sink.Close(ctx)
+	if cerr := s.client.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -6,14 +6,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/sink"
+	"github.com/es-changefeed/es-changefeed/tests/pgtest"
+	"github.com/es-changefeed/es-changefeed/tests/redistest"
 )
 
 // runConsumeFlags parses args as consume's flags and calls fn with the
@@ -54,7 +60,7 @@ func TestConsumeSinks_Flags(t *testing.T) {
 			owner[f] = s.name
 		}
 	}
-	if got, want := sinkNames(), "stdout, file, http, bulk or redis"; got != want {
+	if got, want := sinkNames(), "stdout, file, http, bulk, redis or postgres"; got != want {
 		t.Errorf("sinkNames() = %q, want %q", got, want)
 	}
 	for _, f := range consumeCommand().Flags {
@@ -70,6 +76,8 @@ func TestConsumeSinks_Flags(t *testing.T) {
 	for name, want := range map[string][]string{
 		"bulk":  {"bulk-es", "bulk-index", "bulk-positions-index", "bulk-tombstone-keep", "bulk-user", "bulk-client-key"},
 		"redis": {"cache-key", "cache-mode", "cache-ttl", "cache-redis", "cache-redis-password-file", "cache-redis-sentinel-master"},
+		"postgres": {"postgres-url", "postgres-password", "postgres-password-file", "postgres-table", "postgres-schema", "postgres-index-deleted",
+			"postgres-tombstone-keep", "postgres-max-batch"},
 	} {
 		for _, f := range want {
 			if owner[f] != name {
@@ -101,6 +109,8 @@ func TestConsumeSinks_CheckSinkFlags(t *testing.T) {
 			want: `--cache-redis-password-file belongs to --sink redis, but --sink is "stdout"`},
 		{name: "bulk TLS flag with file", args: []string{"--sink", "file", "--bulk-ca-cert", "/ca.pem"},
 			want: `--bulk-ca-cert belongs to --sink bulk, but --sink is "file"`},
+		{name: "postgres flag with bulk", args: []string{"--sink", "bulk", "--postgres-table", "t_{index}"},
+			want: `--postgres-table belongs to --sink postgres, but --sink is "bulk": drop --postgres-table, or pass --sink postgres`},
 		{name: "from the environment", args: []string{"--sink", "http"}, env: map[string]string{"ESCF_FILE_KEEP": "3"},
 			want: `--file-keep belongs to --sink file, but --sink is "http"`},
 	}
@@ -137,7 +147,7 @@ func TestConsumeSinks_NewSink(t *testing.T) {
 		{name: "stdout by default", want: "*sink.Stdout"},
 		{name: "file", args: []string{"--sink", "file", "--file-path", filepath.Join(dir, "events.jsonl")}, want: "*sink.File"},
 		{name: "http", args: []string{"--sink", "http", "--http-url", "http://127.0.0.1:1/hook", "--http-header", "Authorization: Bearer x"}, want: "*sink.HTTP"},
-		{name: "unknown sink", args: []string{"--sink", "kafka"}, wantErr: `--sink "kafka": want stdout, file, http, bulk or redis`},
+		{name: "unknown sink", args: []string{"--sink", "kafka"}, wantErr: `--sink "kafka": want stdout, file, http, bulk, redis or postgres`},
 		{name: "file without a path", args: []string{"--sink", "file"}, wantErr: "--sink file needs --file-path"},
 		{name: "http without a URL", args: []string{"--sink", "http"}, wantErr: "--sink http needs --http-url"},
 		{name: "http header without a colon", args: []string{"--sink", "http", "--http-url", "http://h/", "--http-header", "Authorization"},
@@ -147,22 +157,38 @@ func TestConsumeSinks_NewSink(t *testing.T) {
 		{name: "file config refused by the sink", args: []string{"--sink", "file", "--file-path", "x", "--file-keep", "-1"},
 			wantErr: "--sink file: file sink config: Keep = -1"},
 		{name: "bulk without a cluster", args: []string{"--sink", "bulk"}, wantErr: "--sink bulk needs --bulk-es <target cluster URL>"},
+		{name: "postgres without a URL", args: []string{"--sink", "postgres"}, wantErr: "--sink postgres needs --postgres-url <libpq URL>"},
+		{name: "postgres bad URL, password masked", args: []string{"--sink", "postgres", "--postgres-url", "postgres://u:hunter2@h:notaport/db"},
+			wantErr: "--sink postgres: postgres sink config: URL postgres://xxxxx@h:notaport/db"},
+		{name: "postgres unknown placeholder", args: []string{"--sink", "postgres", "--postgres-url", "postgres://h/db", "--postgres-table", "t_{shard}"},
+			wantErr: `--sink postgres: postgres sink config: Table "t_{shard}": unknown placeholder {shard}`},
+		{name: "postgres bad index_deleted", args: []string{"--sink", "postgres", "--postgres-url", "postgres://h/db", "--postgres-index-deleted", "truncate"},
+			wantErr: `--sink postgres: postgres sink config: IndexDeleted "truncate"`},
+		{name: "postgres negative batch", args: []string{"--sink", "postgres", "--postgres-url", "postgres://h/db", "--postgres-max-batch", "-1"},
+			wantErr: `--sink postgres: postgres sink config: MaxBatch = -1`},
+		{name: "postgres password twice", args: []string{"--sink", "postgres", "--postgres-url", "postgres://h/db", "--postgres-password", "pw", "--postgres-password-file", "/pw"},
+			wantErr: "--postgres-password and --postgres-password-file are both set"},
 		{name: "cache Redis flag without --cache-redis", args: []string{"--sink", "redis", "--cache-redis-password", "pw"},
 			wantErr: "--cache-redis-password needs --cache-redis: add --cache-redis <URL>, or drop --cache-redis-password"},
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never reached: no sink here sends an event
+	defer rdb.Close()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var s sink.Sink
 			err := runConsumeFlags(t, tt.args, func(cmd *cli.Command) error {
 				var err error
-				s, err = newSink(context.Background(), cmd, nil, redisx.NewKeys("f"), 1, log)
+				s, err = newSink(context.Background(), cmd, rdb, redisx.NewKeys("f"), 1, log)
 				return err
 			})
 			if tt.wantErr != "" {
 				var ue usageError
 				if err == nil || !errors.As(err, &ue) || !strings.HasPrefix(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want a usage error starting %q", err, tt.wantErr)
+				}
+				if strings.Contains(err.Error(), "hunter2") {
+					t.Fatalf("err = %v: the password shows", err)
 				}
 				return
 			}
@@ -175,4 +201,79 @@ func TestConsumeSinks_NewSink(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConsumeSinks_Postgres builds the postgres sink against a real
+// PostgreSQL (the sink's tables are created at start, and it records
+// applied positions), and checks that a PostgreSQL that does not answer at
+// start stops consume with an error naming the database, password masked.
+func TestConsumeSinks_Postgres(t *testing.T) {
+	pg := pgtest.Start(t)
+	rdb := redistest.Start(t).Client(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	pwFile := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pwFile, []byte("hunter2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	build := func(args ...string) (sink.Sink, error) {
+		var s sink.Sink
+		err := runConsumeFlags(t, append([]string{"--sink", "postgres"}, args...), func(cmd *cli.Command) error {
+			var err error
+			s, err = newSink(context.Background(), cmd, rdb, redisx.NewKeys("f"), 1, log)
+			return err
+		})
+		return s, err
+	}
+	t.Run("up", func(t *testing.T) {
+		s, err := build("--postgres-url", pg.URL("postgres"), "--postgres-password-file", pwFile, "--postgres-schema", "public")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close(context.Background())
+		if got := fmt.Sprintf("%T", s); got != "*sink.Postgres" {
+			t.Fatalf("newSink built a %s, want a *sink.Postgres", got)
+		}
+		if sinkPositions(s) == nil {
+			t.Fatal("the postgres sink records no applied positions")
+		}
+		var n int
+		if err := pg.Pool(t, "postgres").QueryRow(context.Background(),
+			"SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename IN ('escf__indices', 'escf__tombstones', 'escf__applied')").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 3 {
+			t.Fatalf("%d of the sink's 3 tables exist after the start", n)
+		}
+	})
+	t.Run("schema missing", func(t *testing.T) {
+		_, err := build("--postgres-url", pg.URL("postgres"), "--postgres-schema", "nosuch")
+		t.Log(err)
+		if err == nil || !strings.Contains(err.Error(), "schema nosuch") || !strings.Contains(err.Error(), pg.Addr) {
+			t.Fatalf("err = %v, want one naming the schema and the database", err)
+		}
+	})
+	t.Run("down", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close() // nothing listens there now
+		for _, u := range []string{"postgres://escf:hunter2@" + addr + "/app?sslmode=disable",
+			"host=127.0.0.1 port=" + addr[strings.LastIndexByte(addr, ':')+1:] + " user=escf password=hunter2 dbname=app sslmode=disable"} {
+			start := time.Now()
+			_, err := build("--postgres-url", u)
+			if err == nil {
+				t.Fatalf("%s: newSink succeeded with nothing listening", u)
+			}
+			msg := err.Error()
+			t.Log(msg)
+			if !strings.HasPrefix(msg, "--sink postgres: PostgreSQL at ") || !strings.Contains(msg, "xxxxx") || strings.Contains(msg, "hunter2") {
+				t.Fatalf("err = %v, want one naming the database with its password masked", err)
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Fatalf("the start took %s to fail", d)
+			}
+		}
+	})
 }

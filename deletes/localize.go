@@ -19,13 +19,20 @@ const K = redisx.RangeSize
 // scanError builds the errors of one scan: logged, and wrapping ErrAborted
 // and whatever format's %w names (es.ErrPrimaryChanged).
 type scanError struct {
+	ctx context.Context
 	sh  Shard
 	log *slog.Logger
 }
 
 func (e scanError) abort(format string, args ...any) error {
 	reason := fmt.Errorf(format, args...)
-	e.log.Warn("delete scan aborted; it runs again next round", logkey.Reason, reason.Error())
+	if e.ctx.Err() != nil {
+		// Stopping (the relay lost its lease or was told to stop): no
+		// trouble to warn about.
+		e.log.Debug("delete scan stopped", logkey.Reason, reason.Error())
+	} else {
+		e.log.Warn("delete scan aborted; it runs again next round", logkey.Reason, reason.Error())
+	}
 	return fmt.Errorf("%w: shard %d of %s: %w", ErrAborted, e.sh.Shard, e.sh.Index, reason)
 }
 
@@ -35,14 +42,27 @@ func (s *Scanner) scan(ctx context.Context, sh Shard) (Result, error) {
 	// cluster.
 	ec := s.cfg.ES.Pin()
 	log := s.log.With(logkey.Index, sh.Index, logkey.Shard, sh.Shard)
-	fail := scanError{sh: sh, log: log}
+	fail := scanError{ctx: ctx, sh: sh, log: log}
 	id := sh.id()
 	k := s.cfg.Keys
-	legacy, err := s.cfg.Client.SCard(ctx, k.Delivered(sh.UUID, sh.Shard)).Result()
-	if err != nil {
-		return Result{}, fail.abort("read the delivered set of the layout before ranges: %v", err)
+	var legacy int64
+	s.mu.Lock()
+	ranged := s.ranged[id]
+	s.mu.Unlock()
+	if !ranged {
+		var err error
+		if legacy, err = s.cfg.Client.SCard(ctx, k.Delivered(sh.UUID, sh.Shard)).Result(); err != nil {
+			return Result{}, fail.abort("read the delivered set of the layout before ranges: %v", err)
+		}
+		if legacy == 0 {
+			// Nothing writes the old layout any more: no need to look again.
+			s.mu.Lock()
+			s.ranged[id] = true
+			s.mu.Unlock()
+		}
 	}
 	var mig *migration
+	var err error
 	if legacy > 0 {
 		// A feed written before delivered ranges: this scan moves the
 		// shard's set into ranges first, then scans the ranges, and its
@@ -74,8 +94,13 @@ func (s *Scanner) scan(ctx context.Context, sh Shard) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	if err := ec.Refresh(ctx, sh.Index); err != nil {
-		return Result{}, fail.abort("%v", err)
+	if !sh.refreshedAt(sc0) {
+		// Unless the relay's last refresh came after every op up to the
+		// checkpoint was processed on this very copy (the same primary:
+		// term, node and history), the count could miss a delete.
+		if err := ec.Refresh(ctx, sh.Index); err != nil {
+			return Result{}, fail.abort("%v", err)
+		}
 	}
 	// Count proof: every live document with origin < seq no <= checkpoint
 	// was delivered at its seq no and has its entry; so if as many exist as
@@ -201,31 +226,13 @@ func (f finding) intersect(g finding) finding {
 //  3. the re-check of the candidates by id, after a refresh, and the wait
 //     until the global checkpoint covers what it saw.
 func (s *Scanner) localize(ctx context.Context, ec *es.Client, sh Shard, sc0 es.ShardCheckpoints, counts map[int64]int64, total, count int64, fail scanError) (finding, error) {
-	cluster, err := s.rangeCounts(ctx, ec, sh, sc0, fail)
+	differ, sum, err := s.differingRanges(ctx, ec, sh, sc0, counts, total-count, fail)
 	if err != nil {
 		return finding{}, err
 	}
-	var differ []int64
-	var sum int64
-	for r, n := range cluster {
-		sum += n
-		if n > counts[r] {
-			// Every live document in (origin, checkpoint] has its entry:
-			// more documents than entries is a view older than what was
-			// delivered, or a bug.
-			return finding{}, fail.abort("seq nos %d..%d hold %d live documents but the feed recorded %d there", r*K, r*K+K-1, n, counts[r])
-		}
-		if n != counts[r] {
-			differ = append(differ, r)
-		}
-	}
-	compared := len(cluster)
-	for r := range counts {
-		if _, ok := cluster[r]; !ok {
-			differ = append(differ, r)
-			compared++
-		}
-	}
+	// Every live document there has its entry, so a range of the cluster
+	// is one of the feed's: the feed's ranges are every range compared.
+	compared := len(counts)
 	s.rangesCompared.Add(int64(compared))
 	s.rangesDiffered.Add(int64(len(differ)))
 	sc1, err := s.samePrimary(ctx, ec, sh, sc0, "histogram", fail)
@@ -233,8 +240,8 @@ func (s *Scanner) localize(ctx context.Context, ec *es.Client, sh Shard, sc0 es.
 		return finding{}, err
 	}
 	if sc1.MaxSeqNo == sc0.MaxSeqNo && sum != count {
-		// With no write in between, the histogram and _count saw one view.
-		return finding{}, fail.abort("the histogram counted %d documents in (%d, %d] but _count said %d, with no write in between", sum, sh.Origin, sh.Checkpoint, count)
+		// With no write in between, the ranges' counts and _count saw one view.
+		return finding{}, fail.abort("the ranges' counts sum to %d documents in (%d, %d] but _count said %d, with no write in between", sum, sh.Origin, sh.Checkpoint, count)
 	}
 	if len(differ) == 0 {
 		return finding{}, nil
@@ -319,22 +326,42 @@ func (s *Scanner) localize(ctx context.Context, ec *es.Client, sh Shard, sc0 es.
 	return f, nil
 }
 
-// rangeCounts is the cluster's side: live documents per delivered range
-// in (origin, checkpoint], from histograms at interval K.
-func (s *Scanner) rangeCounts(ctx context.Context, ec *es.Client, sh Shard, sc0 es.ShardCheckpoints, fail scanError) (map[int64]int64, error) {
-	cluster := map[int64]int64{}
-	for after := sh.Origin; after < sh.Checkpoint; {
-		upTo := min(sh.Checkpoint, (checkpoint.Range(after+1)+es.MaxHistogramBuckets)*K-1)
-		h, err := ec.SeqNoHistogram(ctx, sh.Index, sh.Shard, sc0.Node, []es.SeqSpan{{After: after, UpTo: upTo}}, K)
-		if err != nil {
-			return nil, fail.abort("%v", err)
-		}
-		for key, n := range h {
-			cluster[key/K] += n
-		}
-		after = upTo
+// differingRanges are the ranges (sorted) whose live documents in
+// (origin, checkpoint] differ from the feed's counts, found by the descent
+// (descent.go), and the cluster's count of the whole shard it saw first.
+// A range where the cluster counts more than the feed breaks the
+// invariant (every live document there has its entry: a view older than
+// what was delivered, or a bug): the scan aborts. missing is the feed's
+// total less the cluster's count of the shard (-1: unknown).
+func (s *Scanner) differingRanges(ctx context.Context, ec *es.Client, sh Shard, sc0 es.ShardCheckpoints, counts map[int64]int64, missing int64, fail scanError) ([]int64, int64, error) {
+	fbf, err := s.filterByFilter(ctx, ec)
+	if err != nil {
+		return nil, 0, fail.abort("%v", err)
 	}
-	return cluster, nil
+	differ, sum, _, err := newDescent(ec, sh, sc0.Node, counts, fbf, missing).run(ctx)
+	if err != nil {
+		return nil, 0, fail.abort("%v", err)
+	}
+	return differ, sum, nil
+}
+
+// filterByFilter is es.Info.CountsFilterByFilter of the cluster, read
+// once.
+func (s *Scanner) filterByFilter(ctx context.Context, ec *es.Client) (bool, error) {
+	s.mu.Lock()
+	known, fbf := s.engineKnown, s.filterByFilterEngine
+	s.mu.Unlock()
+	if known {
+		return fbf, nil
+	}
+	info, err := ec.Info(ctx)
+	if err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	s.engineKnown, s.filterByFilterEngine = true, info.CountsFilterByFilter()
+	s.mu.Unlock()
+	return info.CountsFilterByFilter(), nil
 }
 
 // sweep returns the entries of gone ids in the ranges that differ now but
@@ -343,13 +370,13 @@ func (s *Scanner) sweep(ctx context.Context, ec *es.Client, sh Shard, sc0 es.Sha
 	if err := ec.Refresh(ctx, sh.Index); err != nil {
 		return nil, fail.abort("%v", err)
 	}
-	cluster, err := s.rangeCounts(ctx, ec, sh, sc0, fail)
+	now, _, err := s.differingRanges(ctx, ec, sh, sc0, counts, -1, fail)
 	if err != nil {
 		return nil, err
 	}
 	var more []int64
-	for r, n := range counts {
-		if _, seen := slices.BinarySearch(differ, r); !seen && cluster[r] != n {
+	for _, r := range now {
+		if _, seen := slices.BinarySearch(differ, r); !seen {
 			more = append(more, r)
 		}
 	}
@@ -386,26 +413,7 @@ func (s *Scanner) liveSeqNos(ctx context.Context, ec *es.Client, sh Shard, sc0 e
 		spans = append(spans, es.SeqSpan{After: after, UpTo: upTo})
 	}
 	live := map[int64]bool{}
-	for len(spans) > 0 {
-		var batch []es.SeqSpan
-		var size int64
-		for len(spans) > 0 && len(batch) < es.MaxHistogramSpans {
-			sp := spans[0]
-			room := es.MaxHistogramBuckets - size
-			if room <= 0 {
-				break
-			}
-			if sp.UpTo-sp.After > room {
-				// Cut a long span at the room left.
-				batch = append(batch, es.SeqSpan{After: sp.After, UpTo: sp.After + room})
-				spans[0].After = sp.After + room
-				size = es.MaxHistogramBuckets
-				break
-			}
-			batch = append(batch, sp)
-			size += sp.UpTo - sp.After
-			spans = spans[1:]
-		}
+	for _, batch := range spanBatches(spans, 1) {
 		h, err := ec.SeqNoHistogram(ctx, sh.Index, sh.Shard, sc0.Node, batch, 1)
 		if err != nil {
 			return nil, fail.abort("%v", err)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
@@ -173,13 +172,7 @@ func (f *feedFixture) maxSeqNo() int64 {
 
 func (f *feedFixture) scanner() *deletes.Scanner {
 	f.t.Helper()
-	f.metrics = prometheus.NewPedanticRegistry()
-	sc, err := deletes.New(deletes.Config{ES: f.es, Client: f.rdb, Keys: f.keys, Store: f.store, Interval: time.Nanosecond,
-		DurableWait: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: f.metrics})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return sc
+	return f.scannerWith(nil)
 }
 
 // scan runs a scan that is due (a scanner's first sight of a shard only
@@ -326,6 +319,8 @@ func TestScanner_LocalizedScan(t *testing.T) {
 		{"escf_delete_ranges_total", []string{"result", "differed"}, float64(st.RangesDiffered)},
 		{"escf_delete_seqnos_read_total", nil, float64(st.SeqNosRead)},
 		{"escf_delete_stale_entries_total", nil, 5},
+		{"escf_delete_scan_requests_total", nil, float64(st.Requests)},
+		{"escf_delete_scan_cluster_seconds_total", nil, st.ClusterTime.Seconds()},
 		{"escf_delete_scans_total", []string{"result", "localized"}, 1},
 		{"escf_delete_scans_total", []string{"result", "listed"}, 0},
 		{"escf_deletes_found_total", nil, 7},

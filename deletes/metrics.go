@@ -6,7 +6,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type scanCollector struct {
 	s                                 *Scanner
 	scans, dels, listed, ranges, seqs *prometheus.Desc
-	stale                             *prometheus.Desc
+	stale, requests, clusterTime      *prometheus.Desc
 }
 
 func newScanCollector(s *Scanner) *scanCollector {
@@ -18,13 +18,16 @@ func newScanCollector(s *Scanner) *scanCollector {
 		listed: prometheus.NewDesc("escf_delete_listed_ids_total", "Ids listed by delete scans (only the scans that move a shard to delivered ranges list ids).", nil, nil),
 		ranges: prometheus.NewDesc("escf_delete_ranges_total",
 			"Delivered seq-no ranges a scan compared with the cluster's counts (result=compared), and those that differed and were read (result=differed).", []string{"result"}, nil),
-		seqs:  prometheus.NewDesc("escf_delete_seqnos_read_total", "Live seq nos read by delete scans in the ranges that differed.", nil, nil),
-		stale: prometheus.NewDesc("escf_delete_stale_entries_total", "Delivered entries removed because their document moved to a later seq no.", nil, nil),
+		seqs:     prometheus.NewDesc("escf_delete_seqnos_read_total", "Live seq nos read by delete scans in the ranges that differed.", nil, nil),
+		stale:    prometheus.NewDesc("escf_delete_stale_entries_total", "Delivered entries removed because their document moved to a later seq no.", nil, nil),
+		requests: prometheus.NewDesc("escf_delete_scan_requests_total", "Requests delete scans made to the cluster.", nil, nil),
+		clusterTime: prometheus.NewDesc("escf_delete_scan_cluster_seconds_total",
+			"Time the requests of delete scans took, from sending each to the end of its answer (--delete-scan-budget paces scans by it).", nil, nil),
 	}
 }
 
 func (c *scanCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.scans, c.dels, c.listed, c.ranges, c.seqs, c.stale} {
+	for _, d := range []*prometheus.Desc{c.scans, c.dels, c.listed, c.ranges, c.seqs, c.stale, c.requests, c.clusterTime} {
 		ch <- d
 	}
 }
@@ -45,4 +48,6 @@ func (c *scanCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.ranges, st.RangesDiffered, "differed")
 	counter(c.seqs, st.SeqNosRead)
 	counter(c.stale, st.StaleRemoved)
+	counter(c.requests, st.Requests)
+	ch <- prometheus.MustNewConstMetric(c.clusterTime, prometheus.CounterValue, st.ClusterTime.Seconds())
 }

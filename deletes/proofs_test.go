@@ -86,13 +86,13 @@ func (f *feedFixture) through(fr *front) {
 	}
 }
 
-// scannerWith is a scanner of the fixture's feed (interval 1ns, durable
-// wait 1s), adjusted by mod.
+// scannerWith is a scanner of the fixture's feed (interval 1ns, budget 1:
+// no pause after a scan, durable wait 1s), adjusted by mod.
 func (f *feedFixture) scannerWith(mod func(*deletes.Config)) *deletes.Scanner {
 	f.t.Helper()
 	f.metrics = prometheus.NewPedanticRegistry()
 	cfg := deletes.Config{ES: f.es, Client: f.rdb, Keys: f.keys, Store: f.store, Interval: time.Nanosecond,
-		DurableWait: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: f.metrics}
+		Budget: 1, DurableWait: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: f.metrics}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -148,6 +148,15 @@ func (f *feedFixture) deliveredTotal() int64 {
 func (f *feedFixture) reads() int {
 	c := f.emu.RequestCounts()
 	return c[esemu.KindSearch] + c[esemu.KindCount]
+}
+
+// requests counts every request the emulator answered.
+func (f *feedFixture) requests() int {
+	n := 0
+	for _, c := range f.emu.RequestCounts() {
+		n += c
+	}
+	return n
 }
 
 // TestScanner_Scan_Proofs: which scans list nothing, and what each scan
@@ -223,11 +232,15 @@ func TestScanner_Scan_Proofs(t *testing.T) {
 			})
 			sh := f.shard(tt.gap)
 			firstSight(t, sc, sh)
-			reads := f.reads()
+			reads, all := f.reads(), f.requests()
 			res, err := sc.Scan(context.Background(), sh)
 			if err != nil {
 				t.Fatalf("Scan: %v", err)
 			}
+			if got := f.requests() - all; res.Requests != int64(got) || (got > 0) != (res.ClusterTime > 0) {
+				t.Errorf("Scan counted %d requests in %s; the emulator answered %d", res.Requests, res.ClusterTime, got)
+			}
+			res.Requests, res.ClusterTime = 0, 0
 			if res != tt.want {
 				t.Errorf("Scan = %+v, want %+v", res, tt.want)
 			}

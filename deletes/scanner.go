@@ -20,7 +20,12 @@ import (
 
 // Defaults for Config fields left at their zero value.
 const (
-	DefaultInterval          = 2 * time.Minute
+	// DefaultInterval is no least time between two scans of a shard: they
+	// are paced by Budget.
+	DefaultInterval = 0
+	// DefaultBudget is the share of wall time a shard's scans may keep the
+	// cluster busy: 10%.
+	DefaultBudget            = 0.1
 	DefaultMaxDeleteFraction = 0.5
 	DefaultPageSize          = 5000
 	DefaultDurableWait       = 30 * time.Second
@@ -42,8 +47,19 @@ type Config struct {
 	Keys redisx.Keys
 	// Store commits the deletes. Required (with its Lease).
 	Store *checkpoint.Store
-	// Interval is the least time between two scans of a shard. Default 2m.
+	// Interval is the least time between two scans of a shard
+	// (--delete-scan-interval). With one, a shard's first scan waits an
+	// interval too. Default 0: none, scans are paced by Budget alone.
 	Interval time.Duration
+	// Budget is the share of wall time a shard's scans may keep the cluster
+	// busy (--delete-scan-budget): after a scan whose requests took c
+	// (es.RequestStats), the shard is not scanned again for
+	// c·(1−Budget)/Budget, so its scans take at most that share of the
+	// time. A shard is scanned only when the gap proof says a document may
+	// be gone, and a scan costs tens of milliseconds, so a shard with
+	// deletes is scanned at every round. Default DefaultBudget (0.1); 1:
+	// no pause.
+	Budget float64
 	// MaxDeleteFraction: a scan that would delete more than this fraction
 	// of a shard's delivered ids is confirmed by a second, independent scan
 	// before anything is emitted. Default 0.5.
@@ -78,6 +94,8 @@ func (c Config) Validate() error {
 		return errors.New("deletes config: Store is nil")
 	case c.Interval < 0:
 		return fmt.Errorf("deletes config: Interval = %s: want >= 0", c.Interval)
+	case c.Budget < 0 || c.Budget > 1:
+		return fmt.Errorf("deletes config: Budget = %g: want a share of wall time in (0, 1]", c.Budget)
 	case c.MaxDeleteFraction < 0 || c.MaxDeleteFraction > 1:
 		return fmt.Errorf("deletes config: MaxDeleteFraction = %g: want 0..1", c.MaxDeleteFraction)
 	case c.Listing != es.ListingAuto && c.Listing != es.ListingPIT && c.Listing != es.ListingScroll:
@@ -122,6 +140,10 @@ type Stats struct {
 	Aborted int64
 	// Deletes: delete events committed.
 	Deletes int64
+	// Requests and ClusterTime: the requests scans made to the cluster,
+	// and how long they took (es.RequestStats).
+	Requests    int64
+	ClusterTime time.Duration
 }
 
 // Scanner finds delivered documents that are gone. Its Scan is called by
@@ -132,13 +154,22 @@ type Scanner struct {
 	cfg Config
 	log *slog.Logger
 
-	mu         sync.Mutex
-	last       map[checkpoint.ShardID]time.Time
+	mu sync.Mutex
+	// next is when each shard may be scanned again (Interval, Budget).
+	next map[checkpoint.ShardID]time.Time
+	// aborts counts each shard's scans that aborted in a row.
+	aborts map[checkpoint.ShardID]int
+	// ranged are the shards known to hold no delivered set of the layout
+	// before ranges (nothing writes one any more).
+	ranged     map[checkpoint.ShardID]bool
 	lastReport time.Time
+	// engineKnown: filterByFilterEngine is the cluster's
+	// es.Info.CountsFilterByFilter, read by the first scan that descends.
+	engineKnown, filterByFilterEngine bool
 
 	due, savedGap, savedCount, listings, confirmations, aborted, deleted atomic.Int64
 	listedIDs, localized, migrated, rangesCompared, rangesDiffered       atomic.Int64
-	seqNosRead, staleRemoved                                             atomic.Int64
+	seqNosRead, staleRemoved, requests, clusterNanos                     atomic.Int64
 }
 
 // New returns a Scanner.
@@ -146,8 +177,8 @@ func New(cfg Config) (*Scanner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Interval == 0 {
-		cfg.Interval = DefaultInterval
+	if cfg.Budget == 0 {
+		cfg.Budget = DefaultBudget
 	}
 	if cfg.MaxDeleteFraction == 0 {
 		cfg.MaxDeleteFraction = DefaultMaxDeleteFraction
@@ -161,7 +192,8 @@ func New(cfg Config) (*Scanner, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Scanner{cfg: cfg, log: cfg.Logger, last: map[checkpoint.ShardID]time.Time{}}
+	s := &Scanner{cfg: cfg, log: cfg.Logger, next: map[checkpoint.ShardID]time.Time{}, aborts: map[checkpoint.ShardID]int{},
+		ranged: map[checkpoint.ShardID]bool{}}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(newScanCollector(s)); err != nil {
 			return nil, fmt.Errorf("delete scan metrics: %w", err)
@@ -176,7 +208,7 @@ func (s *Scanner) Stats() Stats {
 		Listings: s.listings.Load(), Confirmations: s.confirmations.Load(), Aborted: s.aborted.Load(),
 		Deletes: s.deleted.Load(), ListedIDs: s.listedIDs.Load(), Localized: s.localized.Load(), Migrated: s.migrated.Load(),
 		RangesCompared: s.rangesCompared.Load(), RangesDiffered: s.rangesDiffered.Load(), SeqNosRead: s.seqNosRead.Load(),
-		StaleRemoved: s.staleRemoved.Load()}
+		StaleRemoved: s.staleRemoved.Load(), Requests: s.requests.Load(), ClusterTime: time.Duration(s.clusterNanos.Load())}
 }
 
 // Shard is one shard to scan, as the relay knows it after reading it up to
@@ -195,6 +227,25 @@ type Shard struct {
 	// beginning; the global checkpoint of the time with --from now).
 	// Documents at or below it were never delivered unless written again.
 	Origin int64
+	// NoSeqNoPoints: the index has doc values but no points on _seq_no
+	// (es.IndexSettings.SeqNoDocValuesOnly). A count of a range of seq nos
+	// then scans the shard's doc values, so the scan counts every range with
+	// histograms (one doc-values pass) instead of descending.
+	NoSeqNoPoints bool
+	// Refreshed is the shard's primary as the stats read before the relay's
+	// last refresh of the index showed it (zero: unknown). When the scan
+	// finds the same primary and that global checkpoint covers Checkpoint,
+	// every op up to Checkpoint is already searchable on that copy, and the
+	// scan does not force a refresh of its own before its count.
+	Refreshed es.ShardCheckpoints
+}
+
+// refreshedAt: the relay's last refresh came after every op up to the
+// checkpoint was processed on the primary sc (the same primary: node, term
+// and history, and its global checkpoint then covered the checkpoint), so
+// those ops are searchable there without another refresh.
+func (sh Shard) refreshedAt(sc es.ShardCheckpoints) bool {
+	return sh.Refreshed.Node != "" && sc.SamePrimary(sh.Refreshed) && sh.Refreshed.GlobalCheckpoint >= sh.Checkpoint
 }
 
 func (sh Shard) id() checkpoint.ShardID {
@@ -209,42 +260,66 @@ type Result struct {
 	Deleted int
 	// GapCleared is the amount subtracted from the shard's gap counter.
 	GapCleared int64
+	// Requests and ClusterTime: the scan's requests to the cluster and how
+	// long they took.
+	Requests    int64
+	ClusterTime time.Duration
 }
 
-// Scan scans one shard if it is due (Interval since its last scan): first
-// the gap proof, then the count proof, then a listing of its live ids. It
-// commits the deletes it confirms, with their SREM and the gap reset, in
-// one transaction. An error wraps ErrAborted (nothing was emitted; the
-// shard is scanned again at the next round) or is a commit error.
+// Scan scans one shard if it is due: first the gap proof, then the count
+// proof, then the ranges that differ. A shard is due when the least
+// Interval since its last scan has passed and the pause its last scan's
+// cluster time earned (Budget); an aborted scan leaves its shard due at
+// once, the second abort in a row paced like any scan. It commits the
+// deletes it confirms, with the removal of their entries and the gap
+// reset, in one transaction. An error wraps ErrAborted (nothing was
+// emitted; the shard is scanned again at a later round) or is a commit
+// error.
 func (s *Scanner) Scan(ctx context.Context, sh Shard) (Result, error) {
 	id := sh.id()
+	now := time.Now()
 	s.mu.Lock()
-	last, seen := s.last[id]
-	if !seen {
-		// The first scan of a shard waits a whole interval too: at startup
-		// every shard would otherwise be scanned at once.
-		s.last[id] = time.Now()
+	next, seen := s.next[id]
+	if !seen && s.cfg.Interval > 0 {
+		// With an interval the first scan of a shard waits it too: at
+		// startup every shard would otherwise be scanned at once.
+		s.next[id] = now.Add(s.cfg.Interval)
 		s.mu.Unlock()
 		return Result{}, nil
 	}
-	if time.Since(last) < s.cfg.Interval {
+	if now.Before(next) {
 		s.mu.Unlock()
 		return Result{}, nil
 	}
 	s.mu.Unlock()
 	s.due.Add(1)
 	defer s.report()
-	res, err := s.scan(ctx, sh)
+	var rs es.RequestStats
+	res, err := s.scan(es.WithRequestStats(ctx, &rs), sh)
 	res.Scanned = true
+	res.Requests, res.ClusterTime = rs.Requests(), rs.Time()
+	s.requests.Add(res.Requests)
+	s.clusterNanos.Add(int64(res.ClusterTime))
+	// The next scan waits the interval and the pause this one's cluster
+	// time earned, counted from its end.
+	pause := max(s.cfg.Interval, time.Duration(float64(res.ClusterTime)*(1-s.cfg.Budget)/s.cfg.Budget))
+	s.log.Debug("delete scan done", logkey.Index, sh.Index, logkey.Shard, sh.Shard, logkey.Requests, res.Requests,
+		logkey.ClusterTime, res.ClusterTime, logkey.NextScanIn, pause, logkey.Deletes, res.Deleted, logkey.Error, err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err != nil {
 		if errors.Is(err, ErrAborted) {
 			s.aborted.Add(1)
 		}
+		// Once at once (a passing fault), then paced.
+		s.aborts[id]++
+		if s.aborts[id] > 1 {
+			s.next[id] = time.Now().Add(pause)
+		}
 		return res, err
 	}
-	s.mu.Lock()
-	s.last[id] = time.Now()
-	s.mu.Unlock()
+	delete(s.aborts, id)
+	s.next[id] = time.Now().Add(pause)
 	return res, nil
 }
 

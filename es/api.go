@@ -31,6 +31,18 @@ type Info struct {
 	CompatibilityMode bool
 }
 
+// CountsFilterByFilter: the engine runs a filters aggregation with no
+// parent and no sub-aggregation filter by filter, each filter counted from
+// the index on its own (Elasticsearch 7.11 and later), so a request of
+// range counts costs about the documents of its ranges. OpenSearch (2.x
+// and 3.x, and compatibility mode) tests every document the query matched
+// on every filter: the cost grows with documents × filters
+// (docs/PERFORMANCE.md, measured on OpenSearch 2.19.6 and Elasticsearch
+// 9.5.3).
+func (i Info) CountsFilterByFilter() bool {
+	return !i.CompatibilityMode && i.Distribution != "opensearch" && compareVersions(i.Version, "7.11.0") >= 0
+}
+
 // Minimum versions: the relay needs _resolve/index (ES 7.9, OpenSearch 1.0)
 // and point in time or scroll with seq_no_primary_term and _seq_no ranges
 // at shard level; ES 7.10 is the first with point in time.
@@ -306,6 +318,11 @@ type IndexSettings struct {
 	UUID                    string
 	Shards                  int
 	SequenceNumbersDisabled bool
+	// SeqNoDocValuesOnly: _seq_no has doc values but no points
+	// (index.seq_no.index_options DOC_VALUES_ONLY, Elasticsearch 9's
+	// default for logsdb and time_series indices): a range on it is a scan
+	// of the shard's doc values, not a count on the points index.
+	SeqNoDocValuesOnly bool
 }
 
 // Settings reads GET /<index>/_settings?flat_settings=true&include_defaults=true:
@@ -337,7 +354,8 @@ func (c *Client) Settings(ctx context.Context, index string) (IndexSettings, err
 	if err != nil || n < 1 {
 		return IndexSettings{}, &Error{Op: op, Status: 200, Reason: "no index.number_of_shards", Err: ErrMalformed}
 	}
-	return IndexSettings{UUID: get("index.uuid"), Shards: n, SequenceNumbersDisabled: get("index.disable_sequence_numbers") == "true"}, nil
+	return IndexSettings{UUID: get("index.uuid"), Shards: n, SequenceNumbersDisabled: get("index.disable_sequence_numbers") == "true",
+		SeqNoDocValuesOnly: strings.EqualFold(get("index.seq_no.index_options"), "doc_values_only")}, nil
 }
 
 // Refresh makes every operation processed so far searchable on every copy.

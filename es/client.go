@@ -381,6 +381,10 @@ const maxPooledBody = 4 << 20
 // read sends a request and appends a 2xx body to buf; other statuses
 // become *Error. It returns the body and the status.
 func (c *Client) read(ctx context.Context, op, method, path string, body any, buf []byte) ([]byte, int, error) {
+	if rs, ok := ctx.Value(requestStatsKey{}).(*RequestStats); ok {
+		start := time.Now()
+		defer func() { rs.add(time.Since(start)) }()
+	}
 	var encoded []byte
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -422,6 +426,33 @@ func (c *Client) read(ctx context.Context, op, method, path string, body any, bu
 	}
 	return data, resp.StatusCode, nil
 }
+
+// RequestStats counts the requests a client makes with a context from
+// WithRequestStats (all but Bulk's), and the time they took: from sending the request to the
+// end of its answer, so the cluster's work, the network's and reading the
+// body (an upper bound of the cluster's time). Safe for concurrent use.
+type RequestStats struct {
+	requests, nanos atomic.Int64
+}
+
+type requestStatsKey struct{}
+
+// WithRequestStats returns a context whose requests (on any Client) rs
+// counts.
+func WithRequestStats(ctx context.Context, rs *RequestStats) context.Context {
+	return context.WithValue(ctx, requestStatsKey{}, rs)
+}
+
+func (rs *RequestStats) add(d time.Duration) {
+	rs.requests.Add(1)
+	rs.nanos.Add(int64(d))
+}
+
+// Requests is how many requests were counted.
+func (rs *RequestStats) Requests() int64 { return rs.requests.Load() }
+
+// Time is how long they took, together.
+func (rs *RequestStats) Time() time.Duration { return time.Duration(rs.nanos.Load()) }
 
 // readAll is io.ReadAll appending to buf.
 func readAll(r io.Reader, buf []byte) ([]byte, error) {

@@ -55,8 +55,11 @@ type Deletes struct {
 	// Default false.
 	Enabled bool
 	// Interval is the least time between two scans of a shard. Default
-	// deletes.DefaultInterval.
+	// deletes.DefaultInterval (0: none).
 	Interval time.Duration
+	// Budget is the share of wall time a shard's scans may keep the
+	// cluster busy (deletes.Config.Budget). Default deletes.DefaultBudget.
+	Budget float64
 	// MaxDeleteFraction: a scan deleting more than this share of a shard's
 	// documents is confirmed by a second scan first. Default
 	// deletes.DefaultMaxDeleteFraction.
@@ -276,7 +279,7 @@ func (f *Feed) newPart(n int, keys redisx.Keys, log *slog.Logger, reg prometheus
 	p := &part{n: n, keys: keys, log: log, lease: lease, store: store, carry: &carry{m: m}}
 	if d := cfg.Deletes; d.Enabled {
 		p.scanner, err = deletes.New(deletes.Config{ES: cfg.ES, Client: cfg.Redis, Keys: keys, Store: store,
-			Interval: d.Interval, MaxDeleteFraction: d.MaxDeleteFraction, Listing: d.Listing, Logger: log, Metrics: reg})
+			Interval: d.Interval, Budget: d.Budget, MaxDeleteFraction: d.MaxDeleteFraction, Listing: d.Listing, Logger: log, Metrics: reg})
 		if err != nil {
 			return nil, err
 		}

@@ -38,6 +38,11 @@ type cursor struct {
 	histories map[int]string // shard -> history_uuid the feed read under
 
 	refreshed int64 // the poll tick (statsBatcher.tick) of this loop's last forced refresh, +1; 0: none
+	// beforeRefresh: each shard's primary as the stats read right before
+	// this loop's last forced refresh showed it (the delete scan's
+	// deletes.Shard.Refreshed).
+	beforeRefresh map[int]es.ShardCheckpoints
+	noPoints      bool // _seq_no has no points (es.IndexSettings.SeqNoDocValuesOnly)
 
 	// pending holds, per shard, the last page of its window: searched, not
 	// yet settled. The next round's stats settle it (settlePending) instead
@@ -106,6 +111,9 @@ func (r *Relay) follow(ctx context.Context, name, target string, fromNow bool) e
 		}
 		if err == nil {
 			r.sayOpen(name, note)
+		}
+		if err != nil && ctx.Err() != nil {
+			return nil // stopping: a round cut short is no failure
 		}
 		if err != nil {
 			r.m.countError(err)
@@ -236,6 +244,10 @@ func (r *Relay) round(ctx context.Context, name string, cur *cursor) error {
 			return err
 		}
 		cur.refreshed = tick
+		cur.beforeRefresh = map[int]es.ShardCheckpoints{}
+		for _, sc := range st.Shards {
+			cur.beforeRefresh[sc.Shard] = sc
+		}
 		reads := make([]shardRead, len(todo))
 		for i, w := range todo {
 			reads[i] = shardRead(w)
@@ -270,7 +282,7 @@ func (r *Relay) scanDeletes(ctx context.Context, name string, st es.IndexStats, 
 			origin = -1
 		}
 		res, err := r.cfg.Deletes.Scan(ctx, deletes.Shard{Index: name, Target: cur.target, UUID: cur.uuid, Shard: sc.Shard,
-			Checkpoint: cp, Gap: cur.gaps[sc.Shard], Origin: origin})
+			Checkpoint: cp, Gap: cur.gaps[sc.Shard], Origin: origin, NoSeqNoPoints: cur.noPoints, Refreshed: cur.beforeRefresh[sc.Shard]})
 		switch {
 		case errors.Is(err, deletes.ErrAborted):
 			continue // logged by the scanner; retried next round
@@ -315,6 +327,7 @@ func (r *Relay) adopt(ctx context.Context, name string, st es.IndexStats, cur *c
 		r.log.Warn("index was re-created: following the new index from its beginning", logkey.Index, name, logkey.OldUUID, cur.told, logkey.IndexUUID, st.UUID)
 	}
 	cur.cps, cur.gaps, cur.origins, cur.histories, cur.readTo = map[int]int64{}, map[int]int64{}, map[int]int64{}, map[int]string{}, nil
+	cur.noPoints, cur.beforeRefresh = settings.SeqNoDocValuesOnly, nil
 	for id, h := range cur.state.Histories {
 		if id.IndexUUID == st.UUID {
 			cur.histories[id.Shard] = h

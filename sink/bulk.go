@@ -639,16 +639,17 @@ type bulkTemplatePart struct {
 	placeholder string // "index" or "index_uuid" when literal is ""
 }
 
-// parseBulkTemplate parses an index template, naming every unknown
-// placeholder in its error.
-func parseBulkTemplate(s string) (bulkTemplate, error) {
-	var t bulkTemplate
+// parseTemplate splits a name template into literal text and the
+// placeholders {index} and {index_uuid}, naming every unknown placeholder
+// and unbalanced brace in its error; field is the option's name there.
+func parseTemplate(field, s string) ([]bulkTemplatePart, error) {
+	var t []bulkTemplatePart
 	var unknown []string
 	rest := s
 	for rest != "" {
 		open := strings.IndexByte(rest, '{')
 		if cl := strings.IndexByte(rest, '}'); cl >= 0 && (open < 0 || cl < open) {
-			return nil, fmt.Errorf("IndexTemplate %q: '}' without '{'", s)
+			return nil, fmt.Errorf("%s %q: '}' without '{'", field, s)
 		}
 		if open < 0 {
 			t = append(t, bulkTemplatePart{literal: rest})
@@ -659,10 +660,9 @@ func parseBulkTemplate(s string) (bulkTemplate, error) {
 		}
 		cl := strings.IndexByte(rest[open:], '}')
 		if cl < 0 {
-			return nil, fmt.Errorf("IndexTemplate %q: '{' without '}'", s)
+			return nil, fmt.Errorf("%s %q: '{' without '}'", field, s)
 		}
-		name := rest[open+1 : open+cl]
-		switch name {
+		switch name := rest[open+1 : open+cl]; name {
 		case "index", "index_uuid":
 			t = append(t, bulkTemplatePart{placeholder: name})
 		default:
@@ -671,8 +671,19 @@ func parseBulkTemplate(s string) (bulkTemplate, error) {
 		rest = rest[open+cl+1:]
 	}
 	if len(unknown) > 0 {
-		return nil, fmt.Errorf("IndexTemplate %q: unknown placeholder %s: use {index} or {index_uuid}", s, strings.Join(unknown, ", "))
+		return nil, fmt.Errorf("%s %q: unknown placeholder %s: use {index} or {index_uuid}", field, s, strings.Join(unknown, ", "))
 	}
+	return t, nil
+}
+
+// parseBulkTemplate parses an index template, naming every unknown
+// placeholder in its error.
+func parseBulkTemplate(s string) (bulkTemplate, error) {
+	parts, err := parseTemplate("IndexTemplate", s)
+	if err != nil {
+		return nil, err
+	}
+	t := bulkTemplate(parts)
 	for _, p := range t {
 		if i := strings.IndexAny(p.literal, "ABCDEFGHIJKLMNOPQRSTUVWXYZ \\/*?\"<>|,#:"); i >= 0 {
 			return nil, fmt.Errorf("IndexTemplate %q: %q cannot be part of an index name (lowercase letters, digits, '-', '_', '.', '+')", s, p.literal[i])

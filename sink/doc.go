@@ -1,7 +1,9 @@
 // Package sink holds the consumer-side sinks that apply change events:
 // Stdout (JSON lines), File (JSON lines, fsynced, rotated), HTTP (JSON
 // batches to a webhook) and Redis (cache invalidation or refresh through an
-// idempotency fence); the _bulk mirror into another cluster lives here too.
+// idempotency fence); the _bulk mirror into another cluster and Postgres
+// (one PostgreSQL table per index, fenced, one transaction per batch) live
+// here too.
 //
 // Every sink is built from its Config (zero fields take the documented
 // defaults; Validate names the first bad field) and offers:

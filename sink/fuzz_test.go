@@ -6,13 +6,16 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/es-changefeed/es-changefeed/redisx"
 )
 
 // Fuzz targets of the sinks' configuration parsers, besides
 // FuzzParseKeyTemplate (template_test.go): keys made from fuzzed event
-// values, the bulk sink's IndexTemplate, the HTTP sink's URL. Run one with
+// values, the bulk sink's IndexTemplate, the HTTP sink's URL, the postgres
+// sink's table names. Run one with
 //
 //	go test -run '^$' -fuzz '^FuzzKeyTemplateKey$' -fuzztime 60s ./sink/
 
@@ -131,6 +134,44 @@ func FuzzHTTPConfigValidate(f *testing.F) {
 			if len(p) >= 4 && !strings.Contains(around, p) && !strings.Contains(texts, p) && strings.Contains(err.Error(), p) {
 				t.Fatalf("password %q of %q shows in the error: %v", pass, raw, err)
 			}
+		}
+	})
+}
+
+// FuzzPostgresTableName: for any accepted table template and any index
+// name and uuid, the table is a name PostgreSQL keeps as it is (at most
+// PostgresMaxName bytes of valid UTF-8: letters, digits and '_'), the same
+// every time, and two index names that differ get different tables when
+// either is cut (the hash of the whole name ends it).
+func FuzzPostgresTableName(f *testing.F) {
+	for _, s := range []string{"escf_{index}", "{index}", "t_{index}_{index_uuid}", "{index_uuid}", "x", "{nope}", "{index", "}", ""} {
+		f.Add(s, "orders", "BZfHMdwmRv-iskXKFEMGgA")
+	}
+	f.Add("escf_{index}", strings.Repeat("logs-2024.01-", 6), "u")
+	f.Add("{index}", strings.Repeat("é", 40), "u")
+	f.Add("{index}", "a\xffb", "u")
+	f.Fuzz(func(t *testing.T, tmpl, index, uuid string) {
+		tp, err := parsePgTemplate(tmpl)
+		if err != nil {
+			if !strings.Contains(err.Error(), "Table") {
+				t.Fatalf("parsePgTemplate(%q): %v does not name the field", tmpl, err)
+			}
+			return
+		}
+		name := tp.expand(index, uuid)
+		if len(name) > PostgresMaxName || !utf8.ValidString(name) {
+			t.Fatalf("template %q, index %q: table %q (%d bytes) is not a name PostgreSQL keeps as it is", tmpl, index, name, len(name))
+		}
+		for _, r := range name {
+			if !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '_' {
+				t.Fatalf("template %q, index %q: table %q holds %q", tmpl, index, name, r)
+			}
+		}
+		if again := tp.expand(index, uuid); again != name {
+			t.Fatalf("template %q, index %q: table %q, then %q", tmpl, index, name, again)
+		}
+		if other := tp.expand(index+"x", uuid); tp.names("index") && other == name && len(name) == PostgresMaxName {
+			t.Fatalf("template %q: indices %q and %q share the cut table %q", tmpl, index, index+"x", name)
 		}
 	})
 }

@@ -50,10 +50,9 @@ func (c *Cluster) parseSearch(r *request) (*searchReq, *esError) {
 	}
 	for _, k := range []string{"aggs", "aggregations"} {
 		if a, ok := b[k]; ok {
-			if req.aggs, e = parseAggs(a); e != nil {
+			if req.aggs, e = parseAggs(a, &req.uses); e != nil {
 				return nil, e
 			}
-			req.uses.agg = len(req.aggs) > 0
 		}
 	}
 	if q, ok := b["post_filter"]; ok {

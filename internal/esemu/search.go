@@ -37,7 +37,7 @@ type searchReq struct {
 	pitKeepAlive time.Duration
 	scroll       time.Duration
 	allowPartial bool
-	aggs         []seqHistogram
+	aggs         []seqAgg
 }
 
 // target is one shard a request reads, in the request's shard order.
@@ -306,7 +306,7 @@ func searchView(v view, t target, req *searchReq, limit int, countLimit int, agg
 		}
 		total++
 		if aggs != nil {
-			collectAggs(req.aggs, aggs, o.seq)
+			collectAggs(req.aggs, aggs, o, t.ix)
 		}
 		if len(hits) < limit {
 			h := hit{o: o, ix: t.ix, reqIdx: t.reqIdx, score: score}

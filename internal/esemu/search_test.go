@@ -195,3 +195,78 @@ func testPreferenceAfterShards(t *testing.T, f esemu.Flavor) {
 		})
 	}
 }
+
+// TestCluster_FiltersAggregation: an anonymous filters aggregation counts
+// each filter's matches, one bucket per filter in order (the empty ones
+// too), whether the filters are disjoint ranges on _seq_no (counted by
+// binary search), overlapping ones or other queries; the keyed form and
+// other parameters are refused as not modeled.
+func TestCluster_FiltersAggregation(t *testing.T) {
+	c, err := esemu.New(esemu.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	readReply(t, c, "PUT", "/f", `{"settings":{"number_of_shards":1,"number_of_replicas":0}}`)
+	var bulk strings.Builder
+	for i := 0; i < 10; i++ {
+		fmt.Fprintf(&bulk, "{\"index\":{\"_index\":\"f\",\"_id\":\"d%d\"}}\n{}\n", i)
+	}
+	bulk.WriteString("{\"delete\":{\"_index\":\"f\",\"_id\":\"d3\"}}\n") // seq no 3 is gone
+	req, _ := http.NewRequest("POST", c.URL()+"/_bulk?refresh=true", strings.NewReader(bulk.String()))
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	rng := func(gt, lte int) string { return fmt.Sprintf(`{"range":{"_seq_no":{"gt":%d,"lte":%d}}}`, gt, lte) }
+	tests := []struct {
+		name    string
+		query   string // "" none
+		filters []string
+		want    []float64
+	}{
+		{"disjoint ranges", "", []string{rng(-1, 1), rng(1, 5), rng(20, 30), rng(5, 9)}, []float64{2, 3, 0, 4}},
+		{"overlapping ranges", "", []string{rng(-1, 5), rng(1, 9)}, []float64{5, 7}},
+		{"other queries", "", []string{`{"ids":{"values":["d1","d3","d4"]}}`, `{"match_all":{}}`}, []float64{2, 9}},
+		// es.SeqNoCounts: the query is the union of the filters' ranges;
+		// a document outside it is counted by no filter.
+		{"under a range query", rng(-1, 5), []string{rng(-1, 1), rng(1, 9)}, []float64{2, 3}},
+		{"under a bool should of ranges", `{"bool":{"should":[` + rng(-1, 1) + `,` + rng(6, 8) + `],"minimum_should_match":1}}`,
+			[]string{rng(-1, 1), rng(1, 9)}, []float64{2, 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			query := ""
+			if tt.query != "" {
+				query = `"query":` + tt.query + `,`
+			}
+			status, body := readReply(t, c, "POST", "/f/_search?preference=_shards:0",
+				`{"size":0,"track_total_hits":false,`+query+`"aggs":{"seq":{"filters":{"filters":[`+strings.Join(tt.filters, ",")+`]}}}}`)
+			if status != 200 {
+				t.Fatalf("status %d: %v", status, body)
+			}
+			aggs, _ := body["aggregations"].(map[string]any)
+			seq, _ := aggs["seq"].(map[string]any)
+			buckets, _ := seq["buckets"].([]any)
+			var got []float64
+			for _, b := range buckets {
+				n, _ := b.(map[string]any)["doc_count"].(float64)
+				got = append(got, n)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("doc counts %v, want %v", got, tt.want)
+			}
+		})
+	}
+	for _, bad := range []string{
+		`{"filters":{"a":{"match_all":{}}}}`,
+		`{"filters":[{"match_all":{}}],"other_bucket":true}`,
+	} {
+		status, body := readReply(t, c, "POST", "/f/_search", `{"size":0,"aggs":{"seq":{"filters":`+bad+`}}}`)
+		if status != 400 || !strings.Contains(fmt.Sprint(body), "does not model") {
+			t.Errorf("filters %s: status %d %v, want a 400 saying it is not modeled", bad, status, body)
+		}
+	}
+}

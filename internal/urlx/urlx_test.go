@@ -29,6 +29,29 @@ func TestRedact(t *testing.T) {
 	}
 }
 
+func TestRedactConn(t *testing.T) {
+	tests := []struct {
+		name, raw, want string
+	}{
+		{"url without password", "postgres://u@db:5432/app?sslmode=require", "postgres://u@db:5432/app?sslmode=require"},
+		{"url with password", "postgres://u:secret@db/app", "postgres://u:xxxxx@db/app"},
+		{"password parameter", "postgresql://u@db/app?password=secret&sslmode=verify-full", "postgresql://u@db/app?password=xxxxx&sslmode=verify-full"},
+		{"keyword value", "host=db user=u password=secret dbname=app", "host=db user=u password=xxxxx dbname=app"},
+		{"quoted value", `host=db password='se cr\'et' dbname=app`, "host=db password=xxxxx dbname=app"},
+		{"spaces around =", "password = secret host=db", "password=xxxxx host=db"},
+		{"last pair", "host=db password=secret", "host=db password=xxxxx"},
+		{"passfile is not a password", "host=db passfile=/p", "host=db passfile=/p"},
+		{"no password", "host=db user=u", "host=db user=u"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, want := RedactConn(tt.raw), tt.want; got != want {
+				t.Errorf("RedactConn(%q) = %q, want %q", tt.raw, got, want)
+			}
+		})
+	}
+}
+
 func TestStrayAt(t *testing.T) {
 	tests := []struct {
 		name string

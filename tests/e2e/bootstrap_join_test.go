@@ -37,6 +37,7 @@ func TestBootstrap_ReinitializesAMirrorThatLostHistory(t *testing.T) {
 	stopWriters := startWriters(t, c, ix, 4, 77, true, true)
 	m := consume()
 	waitStream(t, f, 300, time.Minute)
+	waitGroupRead(t, f.rdb, f.keys.Events(), "mirror", 300, time.Minute)
 	stopGracefully(t, m, "the mirror's consume")
 
 	// The mirror is stopped; the feed goes on, then is trimmed past it

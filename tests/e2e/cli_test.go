@@ -263,7 +263,7 @@ func TestCLI_BadInput(t *testing.T) {
 			[]string{"--min-retention needs --trim"}},
 		{"--trim-interval without --trim", run(srv.URL(), "--trim-interval", "1m"), 2,
 			[]string{"--trim-interval needs --trim"}},
-		{"unknown flag", []string{"run", "--nope"}, 2, []string{"flag provided but not defined", "nope"}},
+		{"unknown flag", []string{"run", "--nope"}, 2, []string{"unknown flag --nope", "run --help"}},
 		{"bad log level", []string{"run", "--index", "present", "--log-level", "loud"}, 2, []string{`--log-level "loud"`}},
 
 		{"resync with a closed index named explicitly", []string{"resync", "--es", c.URL(), "--redis", srv.URL(), "--index", "shut"}, 1,

@@ -53,6 +53,28 @@ func waitGroupDone(tb testing.TB, rdb *redis.Client, stream, group string, timeo
 	tb.Fatalf("group %s did not finish within %s (%s)", group, timeout, last)
 }
 
+// waitGroupRead waits until the group has read at least n entries of the
+// stream (XINFO GROUPS entries-read): a consumer started before the stream
+// filled may not have read anything yet when the stream reaches a size.
+func waitGroupRead(tb testing.TB, rdb *redis.Client, stream, group string, n int64, timeout time.Duration) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	var read int64
+	for time.Now().Before(deadline) {
+		groups, _ := rdb.XInfoGroups(context.Background(), stream).Result()
+		for _, g := range groups {
+			if g.Name == group {
+				read = g.EntriesRead
+			}
+		}
+		if read >= n {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	tb.Fatalf("group %s read %d entries of %s within %s, want at least %d", group, read, stream, timeout, n)
+}
+
 // mirrorDoc is a document of the target with its version.
 type mirrorDoc struct {
 	source  string

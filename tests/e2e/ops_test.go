@@ -123,6 +123,15 @@ func TestStatus_HealthAndExitCodes(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "cannot reach Redis") {
 		t.Fatalf("unreachable Redis: exit %d:\n%s", code, out)
 	}
+	// Only the program's own words: no line of the Redis client's logger
+	// ("redis: … pool.go:770: …"); and with --json, JSON that says why.
+	if strings.Contains(out, "pool.go") || strings.Contains(out, "redis: 20") {
+		t.Fatalf("unreachable Redis: the Redis client's own log reached the terminal:\n%s", out)
+	}
+	code, rep, out = statusJSON(t, "--redis", "redis://"+closedPort(t)+"/0", "--feed", "watch")
+	if code != 1 || rep["healthy"] != false || !strings.Contains(fmt.Sprint(rep["error"]), "cannot reach Redis") || strings.Contains(out, "pool.go") {
+		t.Fatalf("status --json, unreachable Redis: exit %d, %v\n%s", code, rep, out)
+	}
 }
 
 // xrangeIDs lists the stream's entry ids.

@@ -70,7 +70,17 @@ func TestReadme_Walkthrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := strings.Join(readmeShellBlocks(t, string(readme), walkthroughSection), "\n")
+	// The last block stops what the others started: it runs once the
+	// checks are done (the test creates the file stopFile names), and
+	// then nothing the walkthrough started may be left.
+	blocks := readmeShellBlocks(t, string(readme), walkthroughSection)
+	stopBlock := blocks[len(blocks)-1]
+	if len(blocks) < 2 || !strings.HasPrefix(stopBlock, "kill %") {
+		t.Fatalf("the walkthrough's last block is not the one that stops it (kill %%…):\n%s", stopBlock)
+	}
+	stopFile := filepath.Join(t.TempDir(), "stop")
+	script := strings.Join(blocks[:len(blocks)-1], "\n") +
+		"\necho walkthrough-ready\nwhile [ ! -e " + stopFile + " ]; do sleep 0.2; done\n" + stopBlock + "\n"
 	ports := map[string]string{}
 	for _, p := range walkthroughPorts {
 		if !regexp.MustCompile(`\b` + p + `\b`).MatchString(script) {
@@ -105,13 +115,15 @@ func TestReadme_Walkthrough(t *testing.T) {
 	t.Cleanup(func() { stopGroup(t, pgid, esURL) })
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	select {
-	case err = <-done:
-	case <-time.After(5 * time.Minute):
-		t.Fatalf("the walkthrough did not finish in 5 min:\n%s", out.String())
-	}
-	if err != nil {
-		t.Fatalf("the walkthrough failed (%v) after %s:\n%s", err, time.Since(start).Round(time.Second), out.String())
+	for ready := false; !ready; {
+		select {
+		case err = <-done:
+			t.Fatalf("the walkthrough ended (%v) after %s before its last block:\n%s", err, time.Since(start).Round(time.Second), out.String())
+		case <-time.After(5 * time.Minute):
+			t.Fatalf("the walkthrough did not finish in 5 min:\n%s", out.String())
+		case <-time.After(200 * time.Millisecond):
+			ready = strings.Contains(out.String(), "walkthrough-ready\n")
+		}
 	}
 	t.Logf("the walkthrough's blocks ran in %s", time.Since(start).Round(time.Second))
 
@@ -175,6 +187,32 @@ func TestReadme_Walkthrough(t *testing.T) {
 	st, page, err := tryDo("GET", statusPage, "")
 	if err != nil || st != 200 || !strings.Contains(string(page), "orders") {
 		t.Fatalf("the relay's status page %s: %d %v, mentions the feed: %v", statusPage, st, err, strings.Contains(string(page), "orders"))
+	}
+
+	// The last block stops everything: the script ends, and no process of
+	// its group is left (a launcher under go run outlived kill %1).
+	if err := os.WriteFile(stopFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err = <-done:
+		if err != nil {
+			t.Fatalf("the walkthrough's last block failed (%v):\n%s", err, out.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("the walkthrough's last block did not end in 1 min:\n%s", out.String())
+	}
+	for end := time.Now().Add(30 * time.Second); syscall.Kill(-pgid, 0) == nil; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(end) {
+			ps, _ := exec.Command("ps", "-eo", "pgid=,pid=,args=").Output()
+			var left []string
+			for _, l := range strings.Split(string(ps), "\n") {
+				if f := strings.Fields(l); len(f) > 2 && f[0] == fmt.Sprint(pgid) {
+					left = append(left, strings.Join(f[1:], " "))
+				}
+			}
+			t.Fatalf("30s after the last block, processes the walkthrough started still run:\n%s", strings.Join(left, "\n"))
+		}
 	}
 }
 

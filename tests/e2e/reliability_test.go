@@ -56,10 +56,14 @@ func startWriters(tb testing.TB, c backend, index string, n int, seed uint64, de
 		go func(w *writer) { defer wg.Done(); w.run(tb, done) }(ws[i])
 	}
 	var once sync.Once
-	return func() []*writer {
+	stop = func() []*writer {
 		once.Do(func() { close(done); wg.Wait() })
 		return ws
 	}
+	// A test that fails before it stops them must not leave writers
+	// logging after it ended.
+	tb.Cleanup(func() { stop() })
+	return stop
 }
 
 // realWriterPace is the pause of startWriters' writers before each request

@@ -381,5 +381,16 @@ func Script(t Target) []Step {
 		{Name: "columnar-settings", Method: "GET", Path: "/gold-columnar/_settings?flat_settings=true&include_defaults=true", Skip: onlyES9,
 			Same:   []string{"gold-columnar/settings/index.mode", "gold-columnar/defaults/index.disable_sequence_numbers", "gold-columnar/settings/index.disable_sequence_numbers"},
 			Subset: []string{"gold-columnar/defaults"}},
+		{Name: "seqno-counts", Why: "issue #26: SeqNoCounts, one filters aggregation of ranges of one shard's _seq_no (delete scanner): a bucket per range, in order, the empty ones too",
+			Method: "POST", Path: "/gold/_search?preference=" + prefNode(0),
+			Body: `{"size":0,"track_total_hits":false,"aggs":{"seq":{"filters":{"filters":[{"range":{"_seq_no":{"gt":-1,"lte":0}}},` +
+				`{"range":{"_seq_no":{"gt":0,"lte":` + upTo + `}}},{"range":{"_seq_no":{"gt":1000,"lte":2000}}}]}}}}`,
+			Same: []string{"aggregations/seq/buckets/*/doc_count"}},
+		{Name: "seqno-counts-query", Why: "issue #26: SeqNoCounts as it is sent, under a query matching only its spans (a bool should of their runs): a document outside the query is counted by no filter",
+			Method: "POST", Path: "/gold/_search?preference=" + prefNode(0),
+			Body: `{"size":0,"track_total_hits":false,"query":{"bool":{"minimum_should_match":1,"should":[{"range":{"_seq_no":{"gt":-1,"lte":0}}},` +
+				`{"range":{"_seq_no":{"gt":2,"lte":` + upTo + `}}}]}},"aggs":{"seq":{"filters":{"filters":[{"range":{"_seq_no":{"gt":-1,"lte":0}}},` +
+				`{"range":{"_seq_no":{"gt":-1,"lte":` + upTo + `}}},{"range":{"_seq_no":{"gt":2,"lte":` + upTo + `}}}]}}}}`,
+			Same: []string{"aggregations/seq/buckets/*/doc_count"}},
 	}
 }

@@ -4,9 +4,12 @@
 //	go run ./tests/engines/cmd/engines --engine opensearch-2 --nodes 1 --http-port 9200
 //
 // It prints "ready http://127.0.0.1:<port>" (node 0's URL) when the cluster
-// is green, and runs until SIGINT or SIGTERM, then stops every JVM it
-// started. With --security DIR the cluster runs with TLS and users, and DIR
-// receives the CA, the users' passwords and a client certificate. The first run of an engine downloads its jars into ~/.m2.
+// is green, and runs until SIGINT or SIGTERM, or until the process that
+// started it ends (kill %1 on `go run … &` ends go run, which passes no
+// SIGTERM on), then stops every JVM it started. With --security DIR the
+// cluster runs with TLS and users, and DIR receives the CA, the users'
+// passwords and a client certificate. The first run of an engine downloads
+// its jars into ~/.m2.
 package main
 
 import (
@@ -18,6 +21,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/es-changefeed/es-changefeed/tests/engines"
 )
@@ -63,6 +67,9 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	ctx, orphaned := context.WithCancel(ctx)
+	defer orphaned()
+	go stopWhenOrphaned(ctx, orphaned)
 	fmt.Fprintf(os.Stderr, "engines: starting %d node(s) of %s (the first run downloads its jars)\n", *nodes, *engine)
 	c, err := engines.Start(ctx, engines.Config{Engine: *engine, Nodes: *nodes, HTTPPort: *port, Heap: *heap, Dir: *dir, Settings: extra,
 		JavaOpts: strings.Fields(*javaOpts), Security: *security})
@@ -88,4 +95,24 @@ func run() error {
 	stop()
 	fmt.Fprintln(os.Stderr, "engines: stopping")
 	return c.Close()
+}
+
+// stopWhenOrphaned calls stop once this process's parent has gone (it is
+// then reparented, and its parent pid changes).
+func stopWhenOrphaned(ctx context.Context, stop func()) {
+	parent := os.Getppid()
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if os.Getppid() != parent {
+				fmt.Fprintln(os.Stderr, "engines: the process that started me has ended")
+				stop()
+				return
+			}
+		}
+	}
 }

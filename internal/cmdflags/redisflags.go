@@ -1,4 +1,4 @@
-package main
+package cmdflags
 
 import (
 	"context"
@@ -14,17 +14,16 @@ import (
 	"github.com/es-changefeed/es-changefeed/internal/logkey"
 	"github.com/es-changefeed/es-changefeed/internal/tlsx"
 	"github.com/es-changefeed/es-changefeed/redisx"
-	"github.com/es-changefeed/es-changefeed/sink"
 )
 
 // securityDoc is where the Redis ACL rules and TLS setup are documented.
 const securityDoc = "docs/SECURITY.md"
 
-// redisFlags are the flags of one Redis connection: --<prefix> (the URL)
+// RedisFlags are the flags of one Redis connection: --<prefix> (the URL)
 // and its TLS and credential flags --<prefix>-password, -password-file,
 // -ca-cert, -client-cert, -client-key, -insecure, -sentinel-master, each
 // also read from <env>_… . def is the URL's default ("" for none).
-func redisFlags(prefix, env, what, def string) []cli.Flag {
+func RedisFlags(prefix, env, what, def string) []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: prefix, Value: def, Usage: what + " URL: redis://[user:password@]host:port/db, rediss:// (TLS), redis-sentinel://[user:password@]host:26379[,host:26379]/<master>[/db] (rediss-sentinel:// for TLS), or redis-cluster://[user:password@]host:port[,host:port] for Redis Cluster (rediss-cluster:// for TLS)",
 			Sources: cli.EnvVars(env + "_URL")},
@@ -45,29 +44,29 @@ func redisFlags(prefix, env, what, def string) []cli.Flag {
 	}
 }
 
-// redisFlagNames are the names redisFlags defines for prefix, URL flag
+// RedisFlagNames are the names RedisFlags defines for prefix, URL flag
 // first.
-func redisFlagNames(prefix string) []string {
+func RedisFlagNames(prefix string) []string {
 	var out []string
-	for _, f := range redisFlags(prefix, "", "", "") {
+	for _, f := range RedisFlags(prefix, "", "", "") {
 		out = append(out, f.Names()[0])
 	}
 	return out
 }
 
-// redisConfig reads the flags of redisFlags(prefix, …) into a client
+// RedisConfig reads the flags of RedisFlags(prefix, …) into a client
 // config: files are read, the password file's trailing newline dropped,
 // and the combination validated. Errors are usage errors naming the flag;
 // no password appears in them.
-func redisConfig(cmd *cli.Command, prefix string) (redisx.ClientConfig, error) {
+func RedisConfig(cmd *cli.Command, prefix string) (redisx.ClientConfig, error) {
 	cfg := redisx.ClientConfig{URL: cmd.String(prefix), Password: cmd.String(prefix + "-password"),
 		InsecureSkipVerify: cmd.Bool(prefix + "-insecure"), SentinelMaster: cmd.String(prefix + "-sentinel-master")}
 	if _, err := url.Parse(cfg.URL); err != nil {
 		// Not err itself: a *url.Error quotes the whole URL, password included.
-		return cfg, usagef("--%s %q: %v", prefix, redisx.Redact(cfg.URL), err.(*url.Error).Err)
+		return cfg, Usagef("--%s %q: %v", prefix, redisx.Redact(cfg.URL), err.(*url.Error).Err)
 	}
 	var err error
-	if cfg.Password, err = secret(cmd, prefix+"-password", prefix+"-password-file"); err != nil {
+	if cfg.Password, err = Secret(cmd, prefix+"-password", prefix+"-password-file"); err != nil {
 		return cfg, err
 	}
 	if cfg.CACertPEM, err = flagFile(cmd, prefix+"-ca-cert"); err != nil {
@@ -80,41 +79,41 @@ func redisConfig(cmd *cli.Command, prefix string) (redisx.ClientConfig, error) {
 		return cfg, err
 	}
 	if cfg.InsecureSkipVerify && cmd.String(prefix+"-ca-cert") != "" {
-		return cfg, usagef("--%s-ca-cert and --%s-insecure contradict each other: verify the certificate with the CA, or skip verification, not both", prefix, prefix)
+		return cfg, Usagef("--%s-ca-cert and --%s-insecure contradict each other: verify the certificate with the CA, or skip verification, not both", prefix, prefix)
 	}
 	if (cmd.String(prefix+"-client-cert") == "") != (cmd.String(prefix+"-client-key") == "") {
-		return cfg, usagef("--%s-client-cert and --%s-client-key go together: pass both", prefix, prefix)
+		return cfg, Usagef("--%s-client-cert and --%s-client-key go together: pass both", prefix, prefix)
 	}
 	if !cfg.TLS() {
 		for _, f := range []string{"-ca-cert", "-client-cert", "-client-key", "-insecure"} {
 			if cmd.IsSet(prefix + f) {
-				return cfg, usagef("--%s%s needs TLS, but --%s %s is not: use rediss:// (or rediss-sentinel://)", prefix, f, prefix, redisx.Redact(cfg.URL))
+				return cfg, Usagef("--%s%s needs TLS, but --%s %s is not: use rediss:// (or rediss-sentinel://)", prefix, f, prefix, redisx.Redact(cfg.URL))
 			}
 		}
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, usagef("--%s: %v", prefix, err)
+		return cfg, Usagef("--%s: %v", prefix, err)
 	}
 	return cfg, nil
 }
 
-// connectRedis opens the feed's Redis and checks it before anything is
+// ConnectRedis opens the feed's Redis and checks it before anything is
 // written: reachable, a Redis server, TLS trusted both ways, credentials
 // accepted, the database exists, and the feed's keys that exist have the
 // feed's types. onDenied, if not nil, is called on every command Redis
 // refuses for lack of a permission (NOPERM) later on: no retry can fix
 // that, so the caller stops.
-func connectRedis(ctx context.Context, cfg redisx.ClientConfig, keys redisx.Keys, log *slog.Logger, onDenied func(*redisx.PermissionError)) (redis.UniversalClient, error) {
+func ConnectRedis(ctx context.Context, cfg redisx.ClientConfig, keys redisx.Keys, log *slog.Logger, onDenied func(*redisx.PermissionError)) (redis.UniversalClient, error) {
 	rdb, err := redisx.NewClientWithConfig(cfg)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("--redis: %w", err)}
+		return nil, UsageError{Err: fmt.Errorf("--redis: %w", err)}
 	}
 	if cfg.InsecureSkipVerify && log != nil {
-		warnInsecure(log, "redis-insecure", cfg.Redacted())
+		WarnInsecure(log, "redis-insecure", cfg.Redacted())
 	}
 	if err := redisx.Check(ctx, rdb, cfg); err != nil {
 		rdb.Close()
-		return nil, explainRedis(fmt.Errorf("--redis: %w", err), "redis", cfg)
+		return nil, ExplainRedis(fmt.Errorf("--redis: %w", err), "redis", cfg)
 	}
 	if err := redisx.CheckKeyTypes(ctx, rdb, keys); err != nil {
 		rdb.Close()
@@ -123,7 +122,7 @@ func connectRedis(ctx context.Context, cfg redisx.ClientConfig, keys redisx.Keys
 			return nil, fmt.Errorf("feed %q: key %s in %s is a %s, not a %s: it is not this feed's; use another --feed (or Redis database), or delete the key if nothing needs it (es-changefeed leaves it alone)",
 				keys.Feed(), wt.Key, cfg.Redacted(), wt.Type, wt.Want)
 		}
-		return nil, explainRedis(err, "redis", cfg)
+		return nil, ExplainRedis(err, "redis", cfg)
 	}
 	if onDenied != nil {
 		rdb.AddHook(redisx.PermissionHook(onDenied))
@@ -131,11 +130,11 @@ func connectRedis(ctx context.Context, cfg redisx.ClientConfig, keys redisx.Keys
 	return rdb, nil
 }
 
-// warnPersistence says, once at start, what the feed's Redis may lose of
+// WarnPersistence says, once at start, what the feed's Redis may lose of
 // what it acknowledged, and what happens then (docs/RELIABILITY.md). A
 // server that refuses CONFIG GET is not asked again (the permission hook
 // lets that refusal pass: setupCommand).
-func warnPersistence(ctx context.Context, rdb redis.UniversalClient, log *slog.Logger) {
+func WarnPersistence(ctx context.Context, rdb redis.UniversalClient, log *slog.Logger) {
 	p, err := redisx.ReadPersistence(ctx, rdb)
 	if err != nil {
 		log.Debug("cannot read Redis's persistence settings (CONFIG GET refused?)", logkey.Error, err.Error())
@@ -148,9 +147,9 @@ func warnPersistence(ctx context.Context, rdb redis.UniversalClient, log *slog.L
 	}
 }
 
-// explainRedis adds to a Redis error what to do about it, naming the
+// ExplainRedis adds to a Redis error what to do about it, naming the
 // flags of prefix ("redis" or "cache-redis").
-func explainRedis(err error, prefix string, cfg redisx.ClientConfig) error {
+func ExplainRedis(err error, prefix string, cfg redisx.ClientConfig) error {
 	var pe *redisx.PermissionError
 	var te *tlsx.Error
 	switch {
@@ -183,23 +182,23 @@ func redisUser(cfg redisx.ClientConfig) string {
 	return `"default"`
 }
 
-// permissionStop makes the first NOPERM a process sees stop it: cancel
-// ends ctx with the denial as its cause, and deniedCause finds it again.
-func permissionStop(cancel context.CancelCauseFunc) func(*redisx.PermissionError) {
+// PermissionStop makes the first NOPERM a process sees stop it: cancel
+// ends ctx with the denial as its cause, and DeniedCause finds it again.
+func PermissionStop(cancel context.CancelCauseFunc) func(*redisx.PermissionError) {
 	return func(pe *redisx.PermissionError) { cancel(pe) }
 }
 
-// deniedCause returns the NOPERM that ended ctx (explained), or nil.
-func deniedCause(ctx context.Context, cfg redisx.ClientConfig) error {
+// DeniedCause returns the NOPERM that ended ctx (explained), or nil.
+func DeniedCause(ctx context.Context, cfg redisx.ClientConfig) error {
 	var pe *redisx.PermissionError
 	if cause := context.Cause(ctx); errors.As(cause, &pe) {
-		return explainRedis(fmt.Errorf("Redis at %s refused a command: %w", cfg.Redacted(), pe), "redis", cfg)
+		return ExplainRedis(fmt.Errorf("Redis at %s refused a command: %w", cfg.Redacted(), pe), "redis", cfg)
 	}
 	return nil
 }
 
-// setFlags returns the names among flags that are set.
-func setFlags(cmd *cli.Command, flags []string) []string {
+// SetFlags returns the names among flags that are set.
+func SetFlags(cmd *cli.Command, flags []string) []string {
 	var out []string
 	for _, f := range flags {
 		if cmd.IsSet(f) {
@@ -209,37 +208,23 @@ func setFlags(cmd *cli.Command, flags []string) []string {
 	return out
 }
 
-// connectCache opens and checks the redis sink's own Redis (--cache-redis
+// ConnectCache opens and checks the redis sink's own Redis (--cache-redis
 // and its flags).
-func connectCache(ctx context.Context, cmd *cli.Command, log *slog.Logger) (redis.UniversalClient, error) {
-	cfg, err := redisConfig(cmd, "cache-redis")
+func ConnectCache(ctx context.Context, cmd *cli.Command, log *slog.Logger) (redis.UniversalClient, error) {
+	cfg, err := RedisConfig(cmd, "cache-redis")
 	if err != nil {
 		return nil, err
 	}
 	rdb, err := redisx.NewClientWithConfig(cfg)
 	if err != nil {
-		return nil, usagef("--cache-redis: %v", err)
+		return nil, Usagef("--cache-redis: %v", err)
 	}
 	if cfg.InsecureSkipVerify {
-		warnInsecure(log, "cache-redis-insecure", cfg.Redacted())
+		WarnInsecure(log, "cache-redis-insecure", cfg.Redacted())
 	}
 	if err := redisx.Check(ctx, rdb, cfg); err != nil {
 		rdb.Close()
-		return nil, explainRedis(fmt.Errorf("--cache-redis: %w", err), "cache-redis", cfg)
+		return nil, ExplainRedis(fmt.Errorf("--cache-redis: %w", err), "cache-redis", cfg)
 	}
 	return rdb, nil
-}
-
-// closingSink is a sink whose Redis client main opened: Close closes both.
-type closingSink struct {
-	sink.Sink
-	client redis.UniversalClient
-}
-
-func (s closingSink) Close(ctx context.Context) error {
-	err := s.Sink.Close(ctx)
-	if cerr := s.client.Close(); cerr != nil && err == nil {
-		err = cerr
-	}
-	return err
 }

@@ -1,4 +1,4 @@
-package main
+package cmdflags
 
 import (
 	"errors"
@@ -11,23 +11,23 @@ import (
 
 // The libraries' typed errors say what is wrong in their own terms
 // (targets, partition counts, a bootstrap); only the CLI knows its flags.
-// explain turns them into the advice a user of es-changefeed acts on.
+// Explain turns them into the advice a user of es-changefeed acts on.
 
-// explain returns err with the message of the typed error in its chain (a
+// Explain returns err with the message of the typed error in its chain (a
 // *relay.TargetError, *redisx.PartitionsError or *redisx.HistoryLostError)
 // replaced by the CLI's advice, naming the flags; the rest of the message,
 // and the chain for errors.Is/As, stay. Other errors come back as they are.
-func explain(err error) error {
+func Explain(err error) error {
 	var te *relay.TargetError
 	var pe *redisx.PartitionsError
 	var he *redisx.HistoryLostError
 	switch {
 	case errors.As(err, &te):
-		return advise(err, te, explainTarget(te))
+		return Advise(err, te, explainTarget(te))
 	case errors.As(err, &pe):
-		return advise(err, pe, explainPartitions(pe))
+		return Advise(err, pe, explainPartitions(pe))
 	case errors.As(err, &he):
-		return advise(err, he, explainHistoryLost(he))
+		return Advise(err, he, explainHistoryLost(he))
 	}
 	return err
 }
@@ -69,10 +69,10 @@ func explainHistoryLost(he *redisx.HistoryLostError) string {
 		"(copies the cluster's current documents, then follows the stream with no gap)"
 }
 
-// explainLost adds the command that re-initializes group to a history
+// ExplainLost adds the command that re-initializes group to a history
 // loss that is not a *redisx.HistoryLostError (pending entries found
 // gone, or a loss recorded earlier).
-func explainLost(err error, feed, group string) error {
+func ExplainLost(err error, feed, group string) error {
 	var he *redisx.HistoryLostError
 	if !errors.Is(err, redisx.ErrHistoryLost) || errors.As(err, &he) {
 		return err
@@ -98,9 +98,9 @@ type advised struct {
 func (a advised) Error() string { return a.msg }
 func (a advised) Unwrap() error { return a.err }
 
-// advise replaces the message of inner (an error in err's chain) within
+// Advise replaces the message of inner (an error in err's chain) within
 // err's message by text.
-func advise(err, inner error, text string) error {
+func Advise(err, inner error, text string) error {
 	msg, in := err.Error(), inner.Error()
 	if strings.Contains(msg, in) {
 		return advised{err, strings.Replace(msg, in, text, 1)}

@@ -1,4 +1,4 @@
-package main
+package cmdflags
 
 import (
 	"errors"
@@ -12,26 +12,26 @@ import (
 // certificates and keys), for every connection's flags: Redis and the
 // cluster families alike.
 
-// secret reads a credential given either as a value (flag or env) or as a
+// Secret reads a credential given either as a value (flag or env) or as a
 // file (trailing newline trimmed), not both.
-func secret(cmd *cli.Command, valueFlag, fileFlag string) (string, error) {
+func Secret(cmd *cli.Command, valueFlag, fileFlag string) (string, error) {
 	v, path := cmd.String(valueFlag), cmd.String(fileFlag)
 	if path == "" {
 		return v, nil
 	}
 	if v != "" {
-		return "", usagef("--%s and --%s are both set: give the secret once", valueFlag, fileFlag)
+		return "", Usagef("--%s and --%s are both set: give the secret once", valueFlag, fileFlag)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", usagef("--%s: cannot read %s: %v", fileFlag, path, errors.Unwrap(err))
+		return "", Usagef("--%s: cannot read %s: %v", fileFlag, path, errors.Unwrap(err))
 	}
 	s := strings.TrimRight(string(b), "\r\n")
 	if strings.TrimSpace(s) == "" {
-		return "", usagef("--%s: %s is empty: write the secret into it (one line)", fileFlag, path)
+		return "", Usagef("--%s: %s is empty: write the secret into it (one line)", fileFlag, path)
 	}
 	if strings.ContainsAny(s, "\r\n") {
-		return "", usagef("--%s: %s has several lines: want the secret alone on one line", fileFlag, path)
+		return "", Usagef("--%s: %s has several lines: want the secret alone on one line", fileFlag, path)
 	}
 	return s, nil
 }
@@ -45,7 +45,7 @@ func flagFile(cmd *cli.Command, flag string) ([]byte, error) {
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, usagef("--%s: cannot read %s: %v", flag, path, errors.Unwrap(err))
+		return nil, Usagef("--%s: cannot read %s: %v", flag, path, errors.Unwrap(err))
 	}
 	return b, nil
 }

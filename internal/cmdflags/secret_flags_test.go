@@ -1,4 +1,4 @@
-package main
+package cmdflags
 
 import (
 	"context"
@@ -43,7 +43,7 @@ func TestSecret(t *testing.T) {
 			cmd := &cli.Command{
 				Flags: []cli.Flag{&cli.StringFlag{Name: "x-password"}, &cli.StringFlag{Name: "x-password-file"}},
 				Action: func(_ context.Context, cmd *cli.Command) error {
-					got, err = secret(cmd, "x-password", "x-password-file")
+					got, err = Secret(cmd, "x-password", "x-password-file")
 					return nil
 				},
 			}

@@ -1,4 +1,4 @@
-package main
+package cmdflags
 
 import (
 	"errors"
@@ -52,14 +52,14 @@ func TestExplain(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := explain(tt.err)
+			got := Explain(tt.err)
 			for _, want := range tt.want {
 				if !strings.Contains(got.Error(), want) {
 					t.Errorf("explain = %q\nwant it to contain %q", got, want)
 				}
 			}
 			if tt.is != nil && !errors.Is(got, tt.is) {
-				t.Errorf("explain(%v) is no longer %v", tt.err, tt.is)
+				t.Errorf("Explain(%v) is no longer %v", tt.err, tt.is)
 			}
 			if strings.Contains(tt.err.Error(), "--") {
 				t.Errorf("the library's message %q names a flag", tt.err)
@@ -70,11 +70,11 @@ func TestExplain(t *testing.T) {
 
 func TestExplainLost(t *testing.T) {
 	err := fmt.Errorf("3 pending entries are gone from the stream (%w; the oldest 1-0): re-initialize the group with a bootstrap", redisx.ErrHistoryLost)
-	got := explainLost(err, "orders", "g").Error()
+	got := ExplainLost(err, "orders", "g").Error()
 	if want := "; re-initialize the group with es-changefeed consume --feed orders --group g --bootstrap"; !strings.HasSuffix(got, want) {
-		t.Errorf("explainLost = %q, want it to end in %q", got, want)
+		t.Errorf("ExplainLost = %q, want it to end in %q", got, want)
 	}
-	if got, want := explainLost(errors.New("boom"), "orders", "g").Error(), "boom"; got != want {
-		t.Errorf("explainLost(other) = %q, want %q", got, want)
+	if got, want := ExplainLost(errors.New("boom"), "orders", "g").Error(), "boom"; got != want {
+		t.Errorf("ExplainLost(other) = %q, want %q", got, want)
 	}
 }

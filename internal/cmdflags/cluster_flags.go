@@ -1,4 +1,4 @@
-package main
+package cmdflags
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 
 // A cluster's connection flags come in families named by a prefix: "es"
 // for the cluster the relay follows (run, resync, status), "bulk" for the
-// bulk sink's target (consume). clusterFlags defines a family, clusterConn
+// bulk sink's target (consume). ClusterFlags defines a family, ClusterConn
 // reads it: one definition, one reader, for both.
 
 // clusterFlagSuffixes are the flags of a family, after "<prefix>-".
@@ -35,10 +35,10 @@ func clusterFlagNames(prefix string) []string {
 	return out
 }
 
-// clusterFlags defines the TLS and credential flags of a family: prefix
+// ClusterFlags defines the TLS and credential flags of a family: prefix
 // "es" gives --es-user …, each also read from env + "_USER" … (env
 // "ESCF_ES"). what names the cluster in the help ("the cluster").
-func clusterFlags(prefix, env, what string) []cli.Flag {
+func ClusterFlags(prefix, env, what string) []cli.Flag {
 	str := func(suffix, usage string) cli.Flag {
 		return &cli.StringFlag{Name: prefix + "-" + suffix, Usage: usage,
 			Sources: cli.EnvVars(env + "_" + strings.ToUpper(strings.ReplaceAll(suffix, "-", "_")))}
@@ -57,10 +57,10 @@ func clusterFlags(prefix, env, what string) []cli.Flag {
 	}
 }
 
-// clusterConn reads a family's flags into an es.Config for urls (a user
+// ClusterConn reads a family's flags into an es.Config for urls (a user
 // may be given in them: https://user@host). Files are read once, here.
 // Every error is a usage error naming the flag; none quotes a secret.
-func clusterConn(cmd *cli.Command, prefix string, urls []string) (es.Config, error) {
+func ClusterConn(cmd *cli.Command, prefix string, urls []string) (es.Config, error) {
 	flag := func(suffix string) string { return prefix + "-" + suffix }
 	cfg := es.Config{URLs: urls}
 	var err error
@@ -71,28 +71,28 @@ func clusterConn(cmd *cli.Command, prefix string, urls []string) (es.Config, err
 		}
 	}
 	cfg.Username = cmd.String(flag("user"))
-	if cfg.Password, err = secret(cmd, flag("password"), flag("password-file")); err != nil {
+	if cfg.Password, err = Secret(cmd, flag("password"), flag("password-file")); err != nil {
 		return cfg, err
 	}
-	apiKey, err := secret(cmd, flag("api-key"), flag("api-key-file"))
+	apiKey, err := Secret(cmd, flag("api-key"), flag("api-key-file"))
 	if err != nil {
 		return cfg, err
 	}
 	if apiKey != "" {
 		if cfg.Username != "" || cfg.Password != "" || urlUser {
-			return cfg, usagef("--%s and --%s/--%s (or a user in the URL) are two ways to authenticate: pass an API key or a user and password, not both",
+			return cfg, Usagef("--%s and --%s/--%s (or a user in the URL) are two ways to authenticate: pass an API key or a user and password, not both",
 				flag("api-key"), flag("user"), flag("password"))
 		}
 		if cfg.APIKey, err = es.EncodeAPIKey(apiKey); err != nil {
-			return cfg, usagef("--%s: %v", flag("api-key"), err)
+			return cfg, Usagef("--%s: %v", flag("api-key"), err)
 		}
 	}
 	if cfg.Password != "" && cfg.Username == "" && !urlUser {
-		return cfg, usagef("--%s without --%s: pass the user name too (or put it in the URL: https://user@host:9200)", flag("password"), flag("user"))
+		return cfg, Usagef("--%s without --%s: pass the user name too (or put it in the URL: https://user@host:9200)", flag("password"), flag("user"))
 	}
 	caPath, insecure := cmd.String(flag("ca-cert")), cmd.Bool(flag("insecure"))
 	if caPath != "" && insecure {
-		return cfg, usagef("--%s and --%s contradict each other: verify the certificate with the CA, or skip verification, not both",
+		return cfg, Usagef("--%s and --%s contradict each other: verify the certificate with the CA, or skip verification, not both",
 			flag("ca-cert"), flag("insecure"))
 	}
 	cfg.InsecureSkipVerify = insecure
@@ -101,12 +101,12 @@ func clusterConn(cmd *cli.Command, prefix string, urls []string) (es.Config, err
 			return cfg, err
 		}
 		if err := (es.Config{CACertPEM: cfg.CACertPEM}).Validate(); err != nil {
-			return cfg, usagef("--%s %s: no PEM certificate in it (want the CA certificate, -----BEGIN CERTIFICATE-----)", flag("ca-cert"), caPath)
+			return cfg, Usagef("--%s %s: no PEM certificate in it (want the CA certificate, -----BEGIN CERTIFICATE-----)", flag("ca-cert"), caPath)
 		}
 	}
 	certPath, keyPath := cmd.String(flag("client-cert")), cmd.String(flag("client-key"))
 	if (certPath == "") != (keyPath == "") {
-		return cfg, usagef("--%s and --%s go together: pass the client certificate and its private key", flag("client-cert"), flag("client-key"))
+		return cfg, Usagef("--%s and --%s go together: pass the client certificate and its private key", flag("client-cert"), flag("client-key"))
 	}
 	if certPath != "" {
 		if cfg.ClientCertPEM, err = flagFile(cmd, flag("client-cert")); err != nil {
@@ -116,16 +116,16 @@ func clusterConn(cmd *cli.Command, prefix string, urls []string) (es.Config, err
 			return cfg, err
 		}
 		if err := (es.Config{ClientCertPEM: cfg.ClientCertPEM, ClientKeyPEM: cfg.ClientKeyPEM}).Validate(); err != nil {
-			return cfg, usagef("--%s %s with --%s %s: %v (want PEM files: the certificate, -----BEGIN CERTIFICATE-----, and its private key)",
+			return cfg, Usagef("--%s %s with --%s %s: %v (want PEM files: the certificate, -----BEGIN CERTIFICATE-----, and its private key)",
 				flag("client-cert"), certPath, flag("client-key"), keyPath, errors.Unwrap(err))
 		}
 	}
 	return cfg, nil
 }
 
-// usedClusterFlags are the family's flags that are set, for "needs --es"
+// UsedClusterFlags are the family's flags that are set, for "needs --es"
 // checks.
-func usedClusterFlags(cmd *cli.Command, prefix string) []string {
+func UsedClusterFlags(cmd *cli.Command, prefix string) []string {
 	var out []string
 	for _, f := range clusterFlagNames(prefix) {
 		if cmd.IsSet(f) {
@@ -135,8 +135,8 @@ func usedClusterFlags(cmd *cli.Command, prefix string) []string {
 	return out
 }
 
-// warnInsecure logs, at WARN, that certificate checks are off.
-func warnInsecure(log *slog.Logger, flag, urls string) {
+// WarnInsecure logs, at WARN, that certificate checks are off.
+func WarnInsecure(log *slog.Logger, flag, urls string) {
 	log.Warn("TLS certificate verification is off: the connection can be intercepted, anyone on the network path can read and change the traffic (credentials included); use --"+
 		strings.TrimSuffix(flag, "-insecure")+"-ca-cert instead",
 		logkey.Flag, "--"+flag, logkey.URLs, urls)
@@ -153,11 +153,11 @@ func authDesc(cfg es.Config) string {
 	return "no credentials"
 }
 
-// explainES turns a failed startup call to a cluster into one line a user
+// ExplainES turns a failed startup call to a cluster into one line a user
 // can act on. flag is the URL flag ("es" or "bulk-es"); prefix the prefix
 // of its TLS and credential flags ("es" or "bulk"); cfg the config the
 // client was built with (for who it authenticated as, never its secrets).
-func explainES(err error, flag, prefix string, cfg es.Config) error {
+func ExplainES(err error, flag, prefix string, cfg es.Config) error {
 	var ee *es.Error
 	var te *tlsx.Error
 	switch {
@@ -181,26 +181,26 @@ func explainES(err error, flag, prefix string, cfg es.Config) error {
 	return err
 }
 
-// connectCluster builds the client of the cluster the flags of prefix name
+// ConnectCluster builds the client of the cluster the flags of prefix name
 // ("es", "bulk"; urlFlag is the flag of its URLs), says once when its TLS
 // certificate is not verified, and asks its root (GET /), so that a bad
 // URL, password or certificate stops the command at once with advice
 // naming the flags. what starts the log line that says where it connected
 // ("" for the relay's source). supported also refuses an engine version
 // the relay cannot read.
-func connectCluster(ctx context.Context, ecfg es.Config, urlFlag, prefix, what string, supported bool, log *slog.Logger) (*es.Client, error) {
+func ConnectCluster(ctx context.Context, ecfg es.Config, urlFlag, prefix, what string, supported bool, log *slog.Logger) (*es.Client, error) {
 	client, err := es.New(ecfg)
 	if err != nil {
-		return nil, usagef("--%s: %v", urlFlag, err)
+		return nil, Usagef("--%s: %v", urlFlag, err)
 	}
 	if ecfg.InsecureSkipVerify {
-		warnInsecure(log, prefix+"-insecure", client.URLs())
+		WarnInsecure(log, prefix+"-insecure", client.URLs())
 	}
 	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	info, err := client.Info(ictx)
 	cancel()
 	if err != nil {
-		return nil, explainES(err, urlFlag, prefix, ecfg)
+		return nil, ExplainES(err, urlFlag, prefix, ecfg)
 	}
 	if supported {
 		if err := info.CheckSupported(); err != nil {

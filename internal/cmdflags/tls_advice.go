@@ -1,4 +1,4 @@
-package main
+package cmdflags
 
 import (
 	"crypto/x509"
