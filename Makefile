@@ -17,7 +17,13 @@
 #   make test-engines
 #                the real-cluster part of the suite on each engine line
 #                of the engine table (internal/engine/versions.txt), then
-#                docs/COMPATIBILITY.md from what ran
+#                docs/COMPATIBILITY.md and docs/SECURITY.md's privilege
+#                tables from what ran
+#   make security-tables
+#                TestSecurity_LeastPrivileges on each engine with a security
+#                plugin (secured real nodes: each role of docs/SECURITY.md,
+#                whole and with each grant removed), then that document's
+#                generated tables from what ran
 #   make golden  re-record the real engines' answers the emulator is held to
 #   make bench   the benchmarks reported in docs/PERFORMANCE.md
 #   make reliability [RUNS=n]
@@ -32,7 +38,7 @@
 GO ?= go
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: test test-engines golden bench vet redis-server postgresql cc docker-compose promtool rules java examples build fuzz reliability
+.PHONY: test test-engines security-tables golden bench vet redis-server postgresql cc docker-compose promtool rules java examples build fuzz reliability
 
 # The binary at ./es-changefeed, stamped like the image: the version
 # (git describe) and the commit (-buildvcs=false keeps Go from stamping
@@ -170,6 +176,20 @@ engine-%:
 test-engines: redis-server cc java
 	@status=0; $(MAKE) --no-print-directory -k -j$(ENGINE_JOBS) $(addprefix engine-,$(ENGINES)) || status=1; \
 	$(GO) run ./tests/figures compat $(ENGINE_RESULTS) docs/COMPATIBILITY.md && echo "docs/COMPATIBILITY.md written from $(ENGINE_RESULTS)"; \
+	$(GO) run ./tests/figures privileges $(ENGINE_RESULTS) docs/SECURITY.md && echo "docs/SECURITY.md's privilege tables written from $(ENGINE_RESULTS)"; \
+	exit $$status
+
+# The least-privilege proof alone, per engine (the test skips on engines
+# without a security plugin); its results go to $(SECURITY_RESULTS).
+SECURITY_RESULTS ?= /tmp/escf-security
+security-tables: redis-server cc java
+	@mkdir -p $(SECURITY_RESULTS); status=0; \
+	for e in $(ENGINES); do \
+		echo "== TestSecurity_LeastPrivileges on $$e"; \
+		ESCF_TEST_ENGINE=$$e $(GO) test -json -count=1 -timeout 20m -run '^TestSecurity_LeastPrivileges$$' ./tests/e2e/ > $(SECURITY_RESULTS)/$$e.json || status=1; \
+		$(GO) run ./tests/figures summary $(SECURITY_RESULTS)/$$e.json "[$$e] " || status=1; \
+	done; \
+	$(GO) run ./tests/figures privileges $(SECURITY_RESULTS) docs/SECURITY.md && echo "docs/SECURITY.md's privilege tables written from $(SECURITY_RESULTS)"; \
 	exit $$status
 
 # Records the answers of the five real engines to the calls the relay,

@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -157,6 +159,70 @@ func TestCLI_SecuredRealEngine(t *testing.T) {
 		}
 	})
 
+	t.Run("resync as the relay user", func(t *testing.T) {
+		p := startBinary(t, append([]string{"resync"}, run("real-resync", relayPW...)[1:]...)...)
+		stream := redisx.NewKeys("real-resync").Events()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var ids []string
+			var end bool
+			for _, e := range entries(t, rdb, stream) {
+				if e.Op == redisx.OpUpsert {
+					ids = append(ids, e.ID)
+				}
+				end = end || e.Op == redisx.OpSnapshotEnd
+			}
+			if end {
+				if len(ids) != len(want) {
+					t.Fatalf("resync: snapshot of %v, want the %d documents %v", ids, len(want), want)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("resync: no snapshot_end in %s:\n%s", stream, p.out)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+
+	t.Run("consume --bootstrap as the bootstrap user", func(t *testing.T) {
+		code, out := runBinary(t, 60*time.Second, "consume", "--redis", srv.URL(), "--feed", "real-basic", "--group", "boot",
+			"--sink", "stdout", "--bootstrap", "--bootstrap-only", "--es", c.URL(), "--es-ca-cert", sec(engines.FileCA),
+			"--es-user", engines.UserBootstrap, "--es-password-file", sec(engines.PasswordFile(engines.UserBootstrap)))
+		if code != 0 {
+			t.Fatalf("consume --bootstrap exited %d:\n%s", code, out)
+		}
+		for id := range want {
+			if !strings.Contains(out, `"`+id+`"`) {
+				t.Errorf("the copy did not hand %s to the sink:\n%s", id, tail(out, 20))
+			}
+		}
+	})
+
+	if c.Engine().Product == "elasticsearch" {
+		t.Run("bulk sink with an API key", func(t *testing.T) {
+			k, err := c.CreateAPIKey(context.Background(), "escf-bulk", engines.RoleNamed("elasticsearch", "escf_bulk"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := startBinary(t, "consume", "--redis", srv.URL(), "--feed", "real-cert", "--group", "k", "--sink", "bulk",
+				"--bulk-es", c.URL(), "--bulk-ca-cert", sec(engines.FileCA), "--bulk-api-key-file", writeFile(t, "bulk.key", []byte(k.Encoded+"\n")),
+				"--bulk-index", "copy-key-{index}", "--shutdown-timeout", "1s")
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				adminDo(t, c, "POST", "/_refresh", "")
+				b := adminDo(t, c, "GET", "/_cat/indices/copy-key-*?h=index,docs.count", "")
+				if strings.Contains(string(b), "copy-key-secure 5") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the bulk sink with an API key did not copy 5 documents (%s):\n%s", strings.TrimSpace(string(b)), p.out)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		})
+	}
+
 	errSrv := redistest.Start(t)
 	errRdb := errSrv.Client(t)
 	wrongPW := writeFile(t, "wrong.pw", []byte("Not-the-password-1\n"))
@@ -182,6 +248,38 @@ func TestCLI_SecuredRealEngine(t *testing.T) {
 			"--es-password-file", sec(engines.PasswordFile(engines.UserBulk))),
 			[]string{`denied user "` + engines.UserBulk + `"`, "HTTP 403", "docs/SECURITY.md"}},
 	}
+	// The node's certificate names 127.0.0.1 and localhost: reached as
+	// 127.0.0.2 (a TCP forwarder), the client must refuse it.
+	otherHost := forwardTCP(t, "127.0.0.2", strings.TrimPrefix(c.URL(), "https://"))
+	failures = append(failures, struct {
+		name     string
+		args     []string
+		contains []string
+	}{"a host name the certificate is not for", bad(append([]string{"--es", "https://" + otherHost, "--es-ca-cert", sec(engines.FileCA)}, relayPW...)...),
+		[]string{"is not trusted", "not 127.0.0.2", "put a name the certificate is valid for in --es"}})
+	if c.Engine().Product == "elasticsearch" {
+		// An invalidated key and an expired one.
+		ctx := context.Background()
+		relayRole := engines.RoleNamed("elasticsearch", "escf_relay")
+		gone, err := c.CreateAPIKey(ctx, "escf-gone", relayRole)
+		if err != nil {
+			t.Fatal(err)
+		}
+		adminDo(t, c, "DELETE", "/_security/api_key", fmt.Sprintf(`{"ids":[%q]}`, gone.ID))
+		expired, err := c.CreateAPIKeyExpiring(ctx, "escf-expired", relayRole, "1s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		for _, k := range []struct{ name, encoded string }{{"an invalidated API key", gone.Encoded}, {"an expired API key", expired.Encoded}} {
+			failures = append(failures, struct {
+				name     string
+				args     []string
+				contains []string
+			}{k.name, bad("--es", c.URL(), "--es-ca-cert", sec(engines.FileCA), "--es-api-key-file", writeFile(t, "k.key", []byte(k.encoded+"\n"))),
+				[]string{"refused the API key", "HTTP 401", "expired, invalidated"}})
+		}
+	}
 	for _, tt := range failures {
 		t.Run(tt.name, func(t *testing.T) {
 			code, out := runBinary(t, 60*time.Second, tt.args...)
@@ -206,4 +304,35 @@ func TestCLI_SecuredRealEngine(t *testing.T) {
 			}
 		})
 	}
+}
+
+// forwardTCP listens on host (a loopback address) and forwards every
+// connection to target, byte for byte (TLS passes through); it returns
+// its host:port and stops with the test.
+func forwardTCP(tb testing.TB, host, target string) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer in.Close()
+				out, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				go func() { _, _ = io.Copy(out, in); _ = out.(*net.TCPConn).CloseWrite() }()
+				_, _ = io.Copy(in, out)
+			}()
+		}
+	}()
+	return l.Addr().String()
 }

@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -337,32 +336,22 @@ config:
         http_authenticator: {type: basic, challenge: true}
         authentication_backend: {type: internal}
 `),
-		"roles.yml": []byte(`_meta: {type: "roles", config_version: 2}
-escf_relay:
-  cluster_permissions: ["cluster_monitor", "indices:data/read/scroll", "indices:data/read/scroll/clear"]
-  index_permissions:
-    - index_patterns: ["*"]
-      allowed_actions: ["read", "indices_monitor", "indices:admin/refresh*", "indices:admin/mappings/get"]
-escf_bulk:
-  cluster_permissions: ["cluster_monitor", "indices:data/write/bulk"]
-  index_permissions:
-    - index_patterns: ["*"]
-      allowed_actions: ["write", "create_index", "indices:admin/mappings/get"]
-    - index_patterns: ["escf-applied"]
-      allowed_actions: ["read", "write", "create_index"]
-escf_status:
-  cluster_permissions: ["cluster_monitor"]
-  index_permissions:
-    - index_patterns: ["*"]
-      allowed_actions: ["indices_monitor"]
-`),
-		"roles_mapping.yml": []byte(`_meta: {type: "rolesmapping", config_version: 2}
-all_access: {reserved: false, users: ["admin"]}
-escf_relay: {users: ["escf-relay", "escf-bootstrap"]}
-escf_bulk: {users: ["escf-bulk"]}
-escf_status: {users: ["escf-status"]}
-`),
+		"roles.yml":         rolesYAML("opensearch"),
+		"roles_mapping.yml": openSearchRolesMapping(),
 	}
+}
+
+// openSearchRolesMapping maps the admin to all_access and each role of the
+// table to its users.
+func openSearchRolesMapping() []byte {
+	var b strings.Builder
+	b.WriteString("_meta: {type: \"rolesmapping\", config_version: 2}\n")
+	fmt.Fprintf(&b, "all_access: {reserved: false, users: [%q]}\n", UserAdmin)
+	for _, ru := range roleUsers("opensearch") {
+		users, _ := json.Marshal(strings.Split(ru[1], ","))
+		fmt.Fprintf(&b, "%s: {users: %s}\n", ru[0], users)
+	}
+	return []byte(b.String())
 }
 
 func (cr *credentials) elasticsearchFiles() map[string][]byte {
@@ -370,29 +359,15 @@ func (cr *credentials) elasticsearchFiles() map[string][]byte {
 	for _, u := range securityUsers {
 		fmt.Fprintf(&users, "%s:%s\n", u, cr.hashes[u])
 	}
+	var usersRoles strings.Builder
+	usersRoles.WriteString("superuser:" + UserAdmin + "\n")
+	for _, ru := range roleUsers("elasticsearch") {
+		fmt.Fprintf(&usersRoles, "%s:%s\n", ru[0], ru[1])
+	}
 	return map[string][]byte{
-		"users": []byte(users.String()),
-		"users_roles": []byte("superuser:admin\nescf_relay:escf-relay,escf-bootstrap\n" +
-			"escf_bulk:escf-bulk\nescf_status:escf-status\n"),
-		"roles.yml": []byte(`escf_relay:
-  cluster: ["monitor"]
-  indices:
-    - names: ["*"]
-      privileges: ["read", "monitor", "view_index_metadata", "maintenance"]
-      allow_restricted_indices: false
-escf_bulk:
-  cluster: ["monitor"]
-  indices:
-    - names: ["*"]
-      privileges: ["write", "create_index", "view_index_metadata"]
-    - names: ["escf-applied"]
-      privileges: ["read", "write", "create_index"]
-escf_status:
-  cluster: ["monitor"]
-  indices:
-    - names: ["*"]
-      privileges: ["monitor"]
-`),
+		"users":       []byte(users.String()),
+		"users_roles": []byte(usersRoles.String()),
+		"roles.yml":   rolesYAML("elasticsearch"),
 		// The PKI realm's users: the client certificate's DN.
 		"role_mapping.yml": []byte("escf_relay:\n  - \"CN=" + clientCN + "\"\n"),
 	}
@@ -445,21 +420,37 @@ func (c *Cluster) afterSecureStart(ctx context.Context) error {
 	if c.engine.Product != "elasticsearch" {
 		return nil
 	}
-	body := `{"name":"escf-relay","role_descriptors":{"escf_relay":{"cluster":["monitor"],` +
-		`"indices":[{"names":["*"],"privileges":["read","monitor","view_index_metadata","maintenance"]}]}}}`
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.URL()+"/_security/api_key", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.do(req)
+	k, err := c.CreateAPIKey(ctx, "escf-relay", RoleNamed("elasticsearch", "escf_relay"))
 	if err != nil {
 		return fmt.Errorf("create the relay's API key: %w", err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	var k struct {
-		Encoded string `json:"encoded"`
-	}
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &k) != nil || k.Encoded == "" {
-		return fmt.Errorf("create the relay's API key: HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
-	}
 	return os.WriteFile(filepath.Join(c.cfg.Security, FileAPIKey), []byte(k.Encoded+"\n"), 0o600)
+}
+
+// APIKey is an Elasticsearch API key as POST /_security/api_key answers.
+type APIKey struct {
+	ID      string `json:"id"`
+	Encoded string `json:"encoded"`
+}
+
+// CreateAPIKey makes an API key called name with role's privileges, as the
+// admin (Elasticsearch only).
+func (c *Cluster) CreateAPIKey(ctx context.Context, name string, role Role) (APIKey, error) {
+	return c.CreateAPIKeyExpiring(ctx, name, role, "")
+}
+
+// CreateAPIKeyExpiring is CreateAPIKey with an expiration ("1s", "1d";
+// "" for none).
+func (c *Cluster) CreateAPIKeyExpiring(ctx context.Context, name string, role Role, expiration string) (APIKey, error) {
+	exp := ""
+	if expiration != "" {
+		exp = fmt.Sprintf(`,"expiration":%q`, expiration)
+	}
+	body := fmt.Sprintf(`{"name":%q,"role_descriptors":{%q:%s}%s}`, name, role.Name, role.Body("elasticsearch"), exp)
+	b, err := c.adminCall(ctx, http.MethodPost, "/_security/api_key", []byte(body))
+	var k APIKey
+	if err == nil && (json.Unmarshal(b, &k) != nil || k.Encoded == "") {
+		err = fmt.Errorf("no encoded key in %s", b)
+	}
+	return k, err
 }

@@ -3,12 +3,14 @@ package engines
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -130,6 +132,7 @@ func (r secReq) do(tb testing.TB, method, url, body string) (int, http.Header, [
 func TestCluster_Secured(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "sec")
 	c := StartTB(t, Config{Engine: testEngine(t), Security: dir})
+	t.Logf("backend: secured %s at %s", c.Engine(), c.URL())
 	if !strings.HasPrefix(c.URL(), "https://127.0.0.1:") {
 		t.Fatalf("URL %s, want https://127.0.0.1:…", c.URL())
 	}
@@ -179,7 +182,7 @@ func TestCluster_Secured(t *testing.T) {
 	check(relay, "PUT", "/sec-src/_doc/2", `{"n":2}`, http.StatusForbidden)
 
 	// The bulk sink writes, and does not read the source.
-	if b := check(bulk, "POST", "/_bulk", "{\"index\":{\"_index\":\"sec-copy\",\"_id\":\"1\",\"version\":5,\"version_type\":\"external\"}}\n{\"n\":1}\n", http.StatusOK); !strings.Contains(string(b), `"errors":false`) {
+	if b := check(bulk, "POST", "/_bulk", "{\"index\":{\"_index\":\"copy-sec\",\"_id\":\"1\",\"version\":5,\"version_type\":\"external\"}}\n{\"n\":1}\n", http.StatusOK); !strings.Contains(string(b), `"errors":false`) {
 		t.Errorf("the bulk user's _bulk: %s, want no errors", b)
 	}
 	check(bulk, "POST", "/sec-src/_search", `{}`, http.StatusForbidden)
@@ -222,5 +225,41 @@ func TestCluster_Secured(t *testing.T) {
 	}
 	if _, err := http.Get(u + "/"); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("GET %s/ without the CA: %v, want a certificate error", u, err)
+	}
+}
+
+// TestRoles: every role of the table reaches both products' files, each
+// user of a role is a user of the cluster, and Without removes exactly
+// one grant.
+func TestRoles(t *testing.T) {
+	for _, product := range []string{"elasticsearch", "opensearch"} {
+		y := string(rolesYAML(product))
+		for _, r := range Roles(product) {
+			if !strings.Contains(y, r.Name+": {") {
+				t.Errorf("%s roles.yml has no %s:\n%s", product, r.Name, y)
+			}
+			var body map[string]any
+			if err := json.Unmarshal(r.Body(product), &body); err != nil {
+				t.Errorf("%s %s: body %s: %v", product, r.Name, r.Body(product), err)
+			}
+			for _, u := range r.Users {
+				if !slices.Contains(Users(), u) {
+					t.Errorf("%s %s: user %s is not a user of the cluster", product, r.Name, u)
+				}
+			}
+			for i, g := range r.Grants {
+				w := r.Without(i)
+				if len(w.Grants) != len(r.Grants)-1 || slices.Contains(w.Grants, g) {
+					t.Errorf("%s %s without %s: %v", product, r.Name, g, w.Grants)
+				}
+				if product == "opensearch" && g.Action == "" {
+					t.Errorf("%s %s: %s names no action a refusal would name", product, r.Name, g)
+				}
+			}
+		}
+	}
+	es := string(Roles("elasticsearch")[0].Body("elasticsearch"))
+	if want := `{"cluster":["monitor"],"indices":[{"names":["*"],"privileges":["read","monitor","view_index_metadata","maintenance"],"allow_restricted_indices":false}]}`; es != want {
+		t.Errorf("escf_relay on Elasticsearch: %s, want %s", es, want)
 	}
 }

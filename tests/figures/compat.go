@@ -49,6 +49,7 @@ type costFigure struct {
 }
 
 type testResult struct {
+	secured bool // it ran on a secured node (its log says "backend: secured")
 	name    string
 	action  string // pass, fail, skip
 	elapsed float64
@@ -98,8 +99,9 @@ func readRun(name string, r io.Reader) (*engineRun, error) {
 		case "output":
 			out := strings.TrimRight(ev.Output, "\n")
 			tr.output = append(tr.output, out)
+			tr.secured = tr.secured || strings.Contains(out, "backend: secured")
 			if i := strings.Index(out, "backend: "); i >= 0 && run.version == "" {
-				run.version = versionIn(out[i:])
+				run.version = versionIn(out[i:]) // "" until a line names it
 			}
 			if i := strings.Index(out, "COST {"); i >= 0 {
 				var cf costFigure
@@ -226,15 +228,15 @@ func compat(dir string, engines []string, w io.Writer) error {
 
 	fmt.Fprintln(w, "## Summary")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| engine | version | tests passed | failed | skipped | suite time |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| engine | version | tests passed | failed | skipped | on a secured node | suite time |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, r := range runs {
 		if r.tests == nil {
-			fmt.Fprintf(w, "| %s | – | not run | | | |\n", r.name)
+			fmt.Fprintf(w, "| %s | – | not run | | | | |\n", r.name)
 			continue
 		}
 		p, f, s := r.counts()
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %s |\n", r.name, r.version, p, f, s, r.elapsed.Round(time.Second))
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %s | %s |\n", r.name, r.version, p, f, s, r.securedRuns(), r.elapsed.Round(time.Second))
 	}
 	fmt.Fprintln(w)
 
@@ -394,6 +396,30 @@ func (r *engineRun) counts() (pass, fail, skip int) {
 		}
 	}
 	return
+}
+
+// securedRuns says how the top-level tests that ran on a secured node did:
+// "3 passed", "2 passed, 1 FAILED", "none".
+func (r *engineRun) securedRuns() string {
+	var pass, fail int
+	for n, tr := range r.tests {
+		if !tr.secured || strings.Contains(n[strings.Index(n, ".")+1:], "/") {
+			continue
+		}
+		switch tr.action {
+		case "pass":
+			pass++
+		case "fail":
+			fail++
+		}
+	}
+	switch {
+	case pass+fail == 0:
+		return "none"
+	case fail == 0:
+		return fmt.Sprintf("%d passed", pass)
+	}
+	return fmt.Sprintf("%d passed, %d FAILED", pass, fail)
 }
 
 // subtests sums a test's subtests as " (3 pass, 1 skip)".
