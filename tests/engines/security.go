@@ -298,6 +298,9 @@ func (cr *credentials) writeNodeConfig(e Engine, cp Classpath, home string) ([]s
 			"xpack.security.authc.api_key.enabled=true",
 			"xpack.security.authc.realms.file.file1.order=0",
 			"xpack.security.authc.realms.pki.pki1.order=1",
+			// Users made through the API (PutUser): configuring realms
+			// leaves out the default ones.
+			"xpack.security.authc.realms.native.native1.order=2",
 		}
 	}
 	for name, b := range files {
