@@ -481,9 +481,11 @@ These are limits of running the engines from Maven Central's jars, not of the fe
   tests skip there.
 - **Security (TLS, users, API keys).** OpenSearch's security plugin (2.19.4.0, 3.4.0.0) and Elasticsearch's
   x-pack security (8.x, 9.x) run from Maven Central's jars: ` + "`tests/engines`" + ` starts a node secured
-  (` + "`--security DIR`" + `, tests/engines/README.md) and ` + "`TestCLI_SecuredRealEngine`" + ` runs the relay, ` + "`status`" + ` and
-  the bulk sink on it with docs/SECURITY.md's roles. Elasticsearch 7.17 has no security jar on Central: its
-  TLS, password and API-key tests run on the emulator only.
+  (` + "`--security DIR`" + `, tests/engines/README.md). ` + "`TestCluster_Secured`" + `, ` + "`TestCLI_SecuredRealEngine`" + ` (the relay, ` + "`resync`" + `,
+  ` + "`status`" + `, ` + "`consume --bootstrap`" + ` and the bulk sink as users with docs/SECURITY.md's roles, and the refusals) and
+  ` + "`TestSecurity_LeastPrivileges`" + ` (each role whole and with each grant removed; its tables are in docs/SECURITY.md)
+  run there: the summary's "on a secured node" column counts them. Elasticsearch 7.17 has no security jar on
+  Central: its TLS, password and API-key tests run on the emulator only.
 - **` + "`_fleet/global_checkpoints`" + `** (x-pack) is not there either.
 `
 
