@@ -25,7 +25,7 @@ func TestBootstrap_ReinitializesAMirrorThatLostHistory(t *testing.T) {
 	createIndex(t, c, ix, 3, 0)
 	dst := mirrorTarget(t, c, esemu.Config{})
 	srv := redistest.Start(t)
-	relayP := startBinary(t, relayArgs(c, srv.URL(), "reinit", ix, "--deletes", "--delete-scan-interval", "300ms")...)
+	relayP := startBinary(t, relayArgs(c, srv.URL(), "reinit", ix, "--deletes", "--delete-scan-interval", "300ms", "--delete-scan-budget", "1")...)
 	defer relayP.kill()
 	f := binaryFeed(t, srv, "reinit")
 	ctx := context.Background()

@@ -345,7 +345,7 @@ func testExampleMirror(t *testing.T, ew exampleWorker) {
 	feedName, group, mirror := "ex-"+ew.name, "mirror", "mirror:{ex}"
 	keys := redisx.NewKeys(feedName)
 	stream := keys.Events()
-	relayFlags := []string{"--deletes", "--delete-scan-interval", "50ms", "--index-deleted-event"}
+	relayFlags := []string{"--deletes", "--delete-scan-interval", "50ms", "--delete-scan-budget", "1", "--index-deleted-event"}
 	relayProc := startBinary(t, relayArgs(c, srv.URL(), feedName, "ex-*", relayFlags...)...)
 	store := storeFor(t, srv, feedName)
 
@@ -854,7 +854,7 @@ func testExampleBootstrap(t *testing.T, ew exampleWorker) {
 	fresh, freshMirror := "fresh", "mirror:{bs-fresh}"
 	keys := redisx.NewKeys(feedName)
 	stream := keys.Events()
-	startBinary(t, relayArgs(c, srv.URL(), feedName, "bs-*", "--deletes", "--delete-scan-interval", "50ms")...)
+	startBinary(t, relayArgs(c, srv.URL(), feedName, "bs-*", "--deletes", "--delete-scan-interval", "50ms", "--delete-scan-budget", "1")...)
 	store := storeFor(t, srv, feedName)
 	oldUUID, uuid := indexUUID(t, c, old), indexUUID(t, c, ix)
 	// held reports which of the documents the gap takes the mirror holds.

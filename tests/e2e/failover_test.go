@@ -173,7 +173,7 @@ func TestRealFailover_NodesKilledAndPaused(t *testing.T) {
 	createIndex(t, c, ix, 3, 1)
 	c.waitIndexGreen(t, ix, time.Minute)
 	srv := redistest.Start(t)
-	p := startBinary(t, relayArgs(c, srv.URL(), "failover", ix, "--deletes", "--delete-scan-interval", "500ms")...)
+	p := startBinary(t, relayArgs(c, srv.URL(), "failover", ix, "--deletes", "--delete-scan-interval", "500ms", "--delete-scan-budget", "1")...)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("relay:\n%s", tail(p.out.String(), 60))
@@ -192,7 +192,7 @@ func TestRealFailover_NodesKilledAndPaused(t *testing.T) {
 			// The relay restarted while a node is down (a rolling
 			// restart): it starts on the nodes that answer.
 			p.kill()
-			p = startBinary(t, relayArgs(c, srv.URL(), "failover", ix, "--deletes", "--delete-scan-interval", "500ms")...)
+			p = startBinary(t, relayArgs(c, srv.URL(), "failover", ix, "--deletes", "--delete-scan-interval", "500ms", "--delete-scan-budget", "1")...)
 		}
 		time.Sleep(3 * time.Second) // writes go on against the others
 		if err := c.Start(ctx, node); err != nil {

@@ -349,7 +349,7 @@ func TestMetrics_ScrapedDuringMirror(t *testing.T) {
 	createIndex(t, dst, orders, 1, 0)
 	srv := redistest.Start(t)
 	relayAddr, consumeAddr := closedPort(t), closedPort(t)
-	r := startBinary(t, relayArgs(src, srv.URL(), "m", orders, "--deletes", "--delete-scan-interval", "50ms", "--metrics-addr", relayAddr, "--trim")...)
+	r := startBinary(t, relayArgs(src, srv.URL(), "m", orders, "--deletes", "--delete-scan-interval", "50ms", "--delete-scan-budget", "1", "--metrics-addr", relayAddr, "--trim")...)
 	cons := startBinary(t, append(consumeArgs(srv.URL(), "m", "mirror", "c1", dst.URL()), "--metrics-addr", consumeAddr)...)
 	for i := 0; i < 50; i++ {
 		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/%d", src.URL(), orders, i), `{}`)

@@ -99,7 +99,7 @@ func TestPartitions_ThreeRelaysSIGKILL(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	stopWriters := startWriters(t, c, ix, 4, 7, true, false)
-	args := relayArgs(c, srv.URL(), feedName, ix, "--deletes", "--delete-scan-interval", "30ms",
+	args := relayArgs(c, srv.URL(), feedName, ix, "--deletes", "--delete-scan-interval", "30ms", "--delete-scan-budget", "1",
 		"--partitions", "6", "--lease-ttl", ttl.String())
 	procs := []*proc{startBinary(t, args...), startBinary(t, args...), startBinary(t, args...)}
 	t.Cleanup(func() {

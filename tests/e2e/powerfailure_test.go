@@ -133,7 +133,7 @@ func powerFailureRun(t *testing.T, sinkName string, run int) {
 }
 
 func (r *pfRig) relayArgs() []string {
-	return relayArgs(r.src, r.srv.URL(), r.feed, r.index, "--deletes", "--delete-scan-interval", "200ms")
+	return relayArgs(r.src, r.srv.URL(), r.feed, r.index, "--deletes", "--delete-scan-interval", "200ms", "--delete-scan-budget", "1")
 }
 
 // consumeArgs are the consumer's flags; bootstrap adds --bootstrap (from

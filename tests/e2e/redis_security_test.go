@@ -164,7 +164,7 @@ func TestRedisSecurity_ACLOverTLS(t *testing.T) {
 	for i := 0; i < 30; i++ {
 		mustDo(t, "PUT", fmt.Sprintf("%s/%s/_doc/o%d", src.URL(), orders, i), fmt.Sprintf(`{"n":%d}`, i))
 	}
-	relayFlags := append([]string{"--deletes", "--delete-scan-interval", "200ms", "--trim", "--trim-interval", "200ms",
+	relayFlags := append([]string{"--deletes", "--delete-scan-interval", "200ms", "--delete-scan-budget", "1", "--trim", "--trim-interval", "200ms",
 		"--max-backlog", "100000", "--metrics-addr", "127.0.0.1:0", "--redis-password-file", relayPWFile}, tlsArgs...)
 	relay := startBinary(t, relayArgs(src, userURL("escf-relay"), feedName, orders, relayFlags...)...)
 	consumer := startBinaryWithEnv(t, []string{"ESCF_REDIS_PASSWORD=" + passwords["escf-consumer"]},

@@ -34,7 +34,7 @@ func startClusterRig(tb testing.TB, rc *redistest.Cluster, feedName string, cons
 	}
 	r.f = &feed{name: feedName, rdb: r.rdb, keys: keys, store: st}
 	r.relay = startBinary(tb, relayArgs(r.src, rc.URL(), feedName, r.index,
-		append([]string{"--deletes", "--delete-scan-interval", "200ms", "--lease-ttl", "10s"}, relayExtra...)...)...)
+		append([]string{"--deletes", "--delete-scan-interval", "200ms", "--delete-scan-budget", "1", "--lease-ttl", "10s"}, relayExtra...)...)...)
 	for i := 0; i < consumers; i++ {
 		r.consumers = append(r.consumers, startBinary(tb, consumeArgs(rc.URL(), feedName, rigGroup, fmt.Sprintf("c%d", i), r.dst.URL())...))
 	}
@@ -253,7 +253,7 @@ func TestRedisCluster_Partitions(t *testing.T) {
 	var procs []*proc
 	for i := 0; i < 3; i++ { // 3 relays share the 6 partitions; one is SIGKILLed
 		procs = append(procs, startBinary(t, relayArgs(src, rc.URL(), feedName, ix,
-			"--deletes", "--delete-scan-interval", "200ms", "--lease-ttl", "2s", "--partitions", p)...))
+			"--deletes", "--delete-scan-interval", "200ms", "--delete-scan-budget", "1", "--lease-ttl", "2s", "--partitions", p)...))
 	}
 	for i := 0; i < 2; i++ {
 		procs = append(procs, startBinary(t, append(consumeArgs(rc.URL(), feedName, rigGroup, fmt.Sprintf("c%d", i), dst.URL()), "--partitions", p)...))

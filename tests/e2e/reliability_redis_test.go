@@ -120,7 +120,7 @@ func needsEmulator(tb testing.TB, what string) {
 // relayArgs are the arguments of `run` or `resync` for the rig's feed: a
 // lease TTL of 10 s (the default), so a quick Redis restart keeps it.
 func (r *redisFaultRig) relayArgs(command string, extra ...string) []string {
-	args := relayArgs(r.src, r.srv.URL(), r.f.name, r.index, append([]string{"--deletes", "--delete-scan-interval", "200ms", "--lease-ttl", "10s"}, extra...)...)
+	args := relayArgs(r.src, r.srv.URL(), r.f.name, r.index, append([]string{"--deletes", "--delete-scan-interval", "200ms", "--delete-scan-budget", "1", "--lease-ttl", "10s"}, extra...)...)
 	return append([]string{command}, args[1:]...)
 }
 

@@ -222,7 +222,7 @@ func TestReliability_RelaySIGKILL(t *testing.T) {
 	createIndex(t, c, ix, 3, 1)
 	srv := redistest.Start(t)
 	stopWriters := startWriters(t, c, ix, 4, 7, true, false)
-	args := relayArgs(c, srv.URL(), "crash", ix, "--deletes", "--delete-scan-interval", "30ms")
+	args := relayArgs(c, srv.URL(), "crash", ix, "--deletes", "--delete-scan-interval", "30ms", "--delete-scan-budget", "1")
 	rng := rand.New(rand.NewPCG(42, 42))
 	for i := 0; i < kills; i++ {
 		p := startBinary(t, args...)
@@ -359,7 +359,7 @@ func TestReliability_ESNodeKilled(t *testing.T) {
 		NodeLeftDelay: 300 * time.Millisecond})
 	createIndex(t, c, "nodes", 2, 1)
 	srv := redistest.Start(t)
-	p := startBinary(t, relayArgs(c, srv.URL(), "nodes", "nodes", "--deletes", "--delete-scan-interval", "50ms")...)
+	p := startBinary(t, relayArgs(c, srv.URL(), "nodes", "nodes", "--deletes", "--delete-scan-interval", "50ms", "--delete-scan-budget", "1")...)
 	stopWriters := startWriters(t, c, "nodes", 4, 13, true, true)
 	killed := 0
 	for r := 0; r < rounds; r++ {
@@ -846,7 +846,7 @@ func TestReliability_LongOutage(t *testing.T) {
 		}
 	}
 	srv := redistest.Start(t)
-	args := relayArgs(c, srv.URL(), "outage", orders+","+metrics, "--deletes", "--delete-scan-interval", "100ms")
+	args := relayArgs(c, srv.URL(), "outage", orders+","+metrics, "--deletes", "--delete-scan-interval", "100ms", "--delete-scan-budget", "1")
 	p := startBinary(t, args...)
 	stopWriters := startWriters(t, c, orders, 3, 23, true, false)
 	appendMetrics(50)

@@ -172,7 +172,7 @@ func TestCLI_SecuredCluster(t *testing.T) {
 			Users: map[string]string{adminUser: adminPW, "relay": secPassword}})
 		want := seedDocs(t, o, o.CACertPEM(), nil, 3)
 		p := startBinary(t, "run", "--es", o.URL(), "--es-ca-cert", writeFile(t, "os-ca.pem", o.CACertPEM()),
-			"--es-user", "relay", "--es-password", secPassword, "--deletes", "--delete-scan-interval", "50ms",
+			"--es-user", "relay", "--es-password", secPassword, "--deletes", "--delete-scan-interval", "50ms", "--delete-scan-budget", "1",
 			"--redis", srv.URL(), "--feed", "compat", "--index", "secure", "--poll-interval", "20ms")
 		waitMirrored(t, p, srv, "compat", want)
 		if out := p.out.String(); !strings.Contains(out, `msg="connected to OpenSearch (compatibility mode: reports version 7.10.2)"`) {
