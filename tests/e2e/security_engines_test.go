@@ -61,6 +61,24 @@ func adminDo(tb testing.TB, c *engines.Cluster, method, path, body string) []byt
 	return b
 }
 
+// adminStatus sends a request without a body as the admin and returns
+// the status, whatever it is.
+func adminStatus(tb testing.TB, c *engines.Cluster, method, path string) int {
+	tb.Helper()
+	req, err := http.NewRequest(method, c.URL()+path, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req.SetBasicAuth(engines.UserAdmin, c.Password(engines.UserAdmin))
+	resp, err := c.HTTPClient().Do(req)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", method, path, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 // TestCLI_SecuredRealEngine runs the binary against a real secured node,
 // each user with exactly its role of docs/SECURITY.md: the relay (with
 // --deletes: a document deleted on the cluster becomes a delete event) as

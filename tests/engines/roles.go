@@ -74,7 +74,9 @@ var roleTable = map[string][]Role{
 			{Privilege: "cluster_monitor", Action: "cluster:monitor/"},
 			{Privilege: "indices:data/read/scroll", Action: "indices:data/read/scroll", Only: "scroll listings (--delete-listing scroll, OpenSearch before 2.4, feeds from before delivered ranges)"},
 			{Privilege: "indices:data/read/scroll/clear", Action: "indices:data/read/scroll/clear", Only: "scroll listings (--delete-listing scroll, OpenSearch before 2.4, feeds from before delivered ranges)"},
-			{Indices: "*", Privilege: "read", Action: "indices:data/read/"},
+			// OpenSearch's read group holds indices:admin/resolve/index,
+			// the first call refused without it.
+			{Indices: "*", Privilege: "read", Action: "indices:admin/resolve/index"},
 			{Indices: "*", Privilege: "indices_monitor", Action: "indices:monitor/"},
 			{Indices: "*", Privilege: "indices:admin/refresh*", Action: "indices:admin/refresh"},
 			{Indices: "*", Privilege: "indices:admin/mappings/get", Action: "indices:admin/mappings/get"},
@@ -83,10 +85,9 @@ var roleTable = map[string][]Role{
 			{Privilege: "cluster_monitor", Action: "cluster:monitor/"},
 			{Privilege: "indices:data/read/scroll", Action: "indices:data/read/scroll", Only: "scroll listings (--bootstrap-listing scroll, OpenSearch before 2.4)"},
 			{Privilege: "indices:data/read/scroll/clear", Action: "indices:data/read/scroll/clear", Only: "scroll listings (--bootstrap-listing scroll, OpenSearch before 2.4)"},
-			{Indices: "*", Privilege: "read", Action: "indices:data/read/"},
+			{Indices: "*", Privilege: "read", Action: "indices:admin/resolve/index"},
 			{Indices: "*", Privilege: "indices_monitor", Action: "indices:monitor/"},
 			{Indices: "*", Privilege: "indices:admin/refresh*", Action: "indices:admin/refresh"},
-			{Indices: "*", Privilege: "indices:admin/mappings/get", Action: "indices:admin/mappings/get"},
 		}},
 		{Name: "escf_bulk", Users: []string{UserBulk}, Grants: []Grant{
 			{Privilege: "cluster_monitor", Action: "cluster:monitor/"},
