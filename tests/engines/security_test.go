@@ -133,6 +133,10 @@ func TestCluster_Secured(t *testing.T) {
 	if !strings.HasPrefix(c.URL(), "https://127.0.0.1:") {
 		t.Fatalf("URL %s, want https://127.0.0.1:…", c.URL())
 	}
+	if c.SecurityKind() == TLSProxy {
+		checkTLSProxyCluster(t, c, dir) // elasticsearch-7: tlsproxy_test.go
+		return
+	}
 	read := func(name string) string {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
