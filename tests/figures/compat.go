@@ -456,8 +456,9 @@ These are limits of running the engines from Maven Central's jars, not of the fe
 - **Security (TLS, users, API keys).** OpenSearch's security plugin (2.19.4.0, 3.4.0.0) and Elasticsearch's
   x-pack security (8.x, 9.x) run from Maven Central's jars: ` + "`tests/engines`" + ` starts a node secured
   (` + "`--security DIR`" + `, tests/engines/README.md) and ` + "`TestCLI_SecuredRealEngine`" + ` runs the relay, ` + "`status`" + ` and
-  the bulk sink on it with docs/SECURITY.md's roles. Elasticsearch 7.17 has no security jar on Central: its
-  TLS, password and API-key tests run on the emulator only.
+  the bulk sink on it with docs/SECURITY.md's roles. Elasticsearch 7.17 has no security jar on Central: there
+  the node runs plain behind a TLS proxy (haproxy, from Debian), which tests the client only (TLS, the CA,
+  passwords, the client certificate): roles are not enforced and there are no API keys, so those subtests skip.
 - **` + "`_fleet/global_checkpoints`" + `** (x-pack) is not there either.
 `
 
