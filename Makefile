@@ -91,7 +91,7 @@ promtool:
 	}
 	@promtool --version 2>&1 | head -1
 
-# Debian's haproxy: the TLS proxy in front of a secured elasticsearch-7
+# Debian's haproxy: the TLS proxy in front of a secured Elasticsearch 7
 # (tests/engines/tlsproxy.go; x-pack-security is not on Maven Central for
 # 7.17), and tests/engines' TestTLSProxy. In /usr/sbin, which a user's PATH
 # may lack: the package looks there too.
