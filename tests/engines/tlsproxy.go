@@ -110,7 +110,7 @@ func haproxyPath() (string, error) {
 	if _, err := os.Stat("/usr/sbin/haproxy"); err == nil {
 		return "/usr/sbin/haproxy", nil
 	}
-	return "", fmt.Errorf("haproxy not found (on PATH or /usr/sbin): a secured elasticsearch-7 runs behind it; install it with `%s` (make test-engines does this)", haproxyInstall)
+	return "", fmt.Errorf("haproxy not found (on PATH or /usr/sbin): a secured elasticsearch-7 runs behind it; install it with `%s` (make test and make test-engines do)", haproxyInstall)
 }
 
 // tlsProxy is one haproxy process in front of a cluster's nodes: port i

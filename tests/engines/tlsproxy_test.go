@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -70,6 +72,18 @@ func TestTLSProxy(t *testing.T) {
 	}
 	defer p.stop()
 	checkTLSProxy(t, p.url(0), "/_cluster/health", dir, cr.tlsConfig())
+
+	// A port taken by another process: errPortTaken, which Start tries
+	// again on other ports.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	taken := l.Addr().(*net.TCPAddr).Port
+	if _, err := startTLSProxy(context.Background(), filepath.Join(t.TempDir(), "taken"), cr, []int{taken}, []int{backendPort}); !errors.Is(err, errPortTaken) {
+		t.Errorf("haproxy on a taken port: %v, want errPortTaken", err)
+	}
 
 	pid := p.cmd.Process.Pid
 	p.stop()
