@@ -69,7 +69,10 @@ type Config struct {
 	// certificate of ClientCertUser) and, on Elasticsearch, api-key (an
 	// encoded API key with the relay's privileges). HTTP and the transport
 	// then speak TLS and every request must authenticate; URLs are
-	// https://. Default: off. Engines: see the package's README.
+	// https://. Default: off. Engines: see the package's README. On
+	// elasticsearch-7 (no security plugin on Maven Central) the nodes run
+	// plain behind a TLS proxy (SecurityKind TLSProxy: the client only,
+	// roles are not enforced, no api-key), whose ports are HTTPPort+i.
 	Security string
 }
 
@@ -81,10 +84,9 @@ func (c Config) Validate() error {
 	if c.Nodes < 1 || c.Nodes > 9 {
 		return fmt.Errorf("engines: Nodes %d: want 1 to 9", c.Nodes)
 	}
-	if e, _ := Lookup(c.Engine); c.Security != "" {
-		if _, err := securityOf(e); err != nil {
-			return fmt.Errorf("engines: Security: %w", err)
-		}
+	if e, _ := Lookup(c.Engine); c.Security != "" && SecurityKindOf(e.Name) == NoSecurity {
+		return fmt.Errorf("engines: Security: %s has neither a security plugin on Maven Central nor the TLS proxy: security runs on %s",
+			e.Name, strings.Join(securedEngines(), ", "))
 	}
 	if c.HTTPPort < 0 || c.HTTPPort+c.Nodes > 65535 {
 		return fmt.Errorf("engines: HTTPPort %d: want 0 (free ports) or a port below %d", c.HTTPPort, 65535-c.Nodes)
@@ -119,6 +121,7 @@ type Cluster struct {
 	ownsDir bool
 	http    *http.Client
 	creds   *credentials // nil: not secured
+	proxy   *tlsProxy    // running in front of the nodes (SecurityKind TLSProxy)
 
 	mu    sync.Mutex
 	nodes []*node
@@ -147,7 +150,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	e, _ := Lookup(cfg.Engine)
-	cp, err := prepare(ctx, e, cfg.Security != "")
+	// Behind the TLS proxy the nodes run plain.
+	cp, err := prepare(ctx, e, cfg.Security != "" && SecurityKindOf(e.Name) == EngineSecurity)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +177,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	// JVM binds it: such a start is tried again on other ports.
 	for attempt := 1; ; attempt++ {
 		err = c.startNodes(ctx)
-		if err == nil && c.creds != nil {
+		if err == nil && c.SecurityKind() == EngineSecurity {
 			err = c.afterSecureStart(ctx)
 		}
 		if err == nil {
@@ -202,7 +206,7 @@ func (c *Cluster) startNodes(ctx context.Context) error {
 			return err
 		}
 		var err error
-		if c.cfg.HTTPPort > 0 {
+		if c.cfg.HTTPPort > 0 && c.SecurityKind() != TLSProxy {
 			n.httpPort = c.cfg.HTTPPort + i
 		} else if n.httpPort, err = freePort(); err != nil {
 			return err
@@ -220,6 +224,9 @@ func (c *Cluster) startNodes(ctx context.Context) error {
 		}
 	}
 	c.mu.Unlock()
+	if err == nil && c.SecurityKind() == TLSProxy {
+		err = c.startTLSProxy(ctx)
+	}
 	if err != nil {
 		return err
 	}
@@ -266,7 +273,7 @@ func (c *Cluster) spawn(n *node, first bool) error {
 		}
 	}
 	var plugins []string
-	if c.creds != nil {
+	if c.SecurityKind() == EngineSecurity {
 		sec, err := c.creds.writeNodeConfig(c.engine, c.cp, n.home)
 		if err != nil {
 			return err
@@ -405,8 +412,12 @@ func (c *Cluster) Nodes() int { return len(c.nodes) }
 func (c *Cluster) URL() string { return c.NodeURL(0) }
 
 // NodeURL is node i's HTTP URL, e.g. http://127.0.0.1:9200
-// (https:// when secured).
+// (https:// when secured; behind the TLS proxy, the proxy's port of node
+// i).
 func (c *Cluster) NodeURL(i int) string {
+	if c.proxy != nil {
+		return c.proxy.url(i)
+	}
 	scheme := "http"
 	if c.creds != nil {
 		scheme = "https"
@@ -632,7 +643,8 @@ func (c *Cluster) Shards(ctx context.Context, via int, index string) ([]ShardCop
 }
 
 // Close stops every running node (SIGTERM, then SIGKILL after
-// DefaultStopTimeout), concurrently, and removes Dir if Start made it.
+// DefaultStopTimeout), concurrently, then the TLS proxy, and removes Dir
+// if Start made it.
 func (c *Cluster) Close() error {
 	c.stopAll()
 	if c.ownsDir {
@@ -656,6 +668,7 @@ func (c *Cluster) stopAll() {
 		}(n)
 	}
 	wg.Wait()
+	c.proxy.stop() // stays for NodeURL; a new start replaces it
 	c.mu.Unlock()
 }
 

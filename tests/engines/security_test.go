@@ -132,9 +132,13 @@ func (r secReq) do(tb testing.TB, method, url, body string) (int, http.Header, [
 func TestCluster_Secured(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "sec")
 	c := StartTB(t, Config{Engine: testEngine(t), Security: dir})
-	t.Logf("backend: secured %s at %s", c.Engine(), c.URL())
+	t.Logf("backend: %s secured by %s at %s", c.Engine(), c.SecurityKind(), c.URL())
 	if !strings.HasPrefix(c.URL(), "https://127.0.0.1:") {
 		t.Fatalf("URL %s, want https://127.0.0.1:…", c.URL())
+	}
+	if c.SecurityKind() == TLSProxy {
+		checkTLSProxyCluster(t, c, dir) // elasticsearch-7: tlsproxy_test.go
+		return
 	}
 	read := func(name string) string {
 		b, err := os.ReadFile(filepath.Join(dir, name))

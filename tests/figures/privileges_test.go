@@ -11,7 +11,7 @@ func TestPrivileges_TablesIntoTheDocument(t *testing.T) {
 	dir := t.TempDir()
 	pkg := `"Package":"github.com/es-changefeed/es-changefeed/tests/e2e"`
 	run := `{"Time":"2026-12-05T10:00:00Z","Action":"run",` + pkg + `,"Test":"TestSecurity_LeastPrivileges"}
-{"Time":"2026-12-05T10:00:00Z","Action":"output",` + pkg + `,"Test":"TestSecurity_LeastPrivileges","Output":"    security_engines_test.go:35: backend: secured opensearch-2 (OpenSearch 2.19.6) at https://127.0.0.1:1\n"}
+{"Time":"2026-12-05T10:00:00Z","Action":"output",` + pkg + `,"Test":"TestSecurity_LeastPrivileges","Output":"    security_engines_test.go:35: backend: opensearch-2 (OpenSearch 2.19.6) secured by the engine's security plugin at https://127.0.0.1:1\n"}
 {"Time":"2026-12-05T10:00:01Z","Action":"output",` + pkg + `,"Test":"TestSecurity_LeastPrivileges/escf_status","Output":"    security_privileges_test.go:150: PRIVILEGE {\"engine\":\"opensearch-2\",\"role\":\"escf_status\",\"removed\":\"\",\"result\":\"works\",\"line\":\"\"}\n"}
 {"Time":"2026-12-05T10:00:02Z","Action":"output",` + pkg + `,"Test":"TestSecurity_LeastPrivileges/escf_status","Output":"    security_privileges_test.go:150: PRIVILEGE {\"engine\":\"opensearch-2\",\"role\":\"escf_status\",\"removed\":\"cluster cluster_monitor\",\"result\":\"needed\",\"line\":\"level=ERROR msg=x err=\\\"denied user (GET /: HTTP 403 security_exception: no permissions for [cluster:monitor/main] | x)\\\"\"}\n"}
 {"Time":"2026-12-05T10:00:03Z","Action":"output",` + pkg + `,"Test":"TestSecurity_LeastPrivileges/escf_relay","Output":"    security_privileges_test.go:150: PRIVILEGE {\"engine\":\"opensearch-2\",\"role\":\"escf_relay\",\"removed\":\"cluster indices:data/read/scroll\",\"result\":\"not used\",\"line\":\"\",\"only\":\"scroll listings\"}\n"}

@@ -8,8 +8,11 @@
 // started it ends (kill %1 on `go run … &` ends go run, which passes no
 // SIGTERM on), then stops every JVM it started. With --security DIR the
 // cluster runs with TLS and users, and DIR receives the CA, the users'
-// passwords and a client certificate. The first run of an engine downloads
-// its jars into ~/.m2.
+// passwords and a client certificate; on elasticsearch-7 (no security
+// plugin on Maven Central) a TLS proxy, haproxy, serves --http-port in
+// front of a plain node, which tests the client only: the ready line says
+// so ("TLS proxy (client only): roles are not enforced"). The first run of
+// an engine downloads its jars into ~/.m2.
 package main
 
 import (
@@ -54,7 +57,7 @@ func run() error {
 	heap := flag.String("heap", engines.DefaultHeap, "heap of each JVM")
 	dir := flag.String("dir", "", "directory for the nodes' data and logs (default: a temporary one, removed at exit)")
 	javaOpts := flag.String("java-opts", strings.Join(engines.DefaultJavaOpts, " "), "JVM options of each node, space-separated (\"\": the JVM's defaults)")
-	security := flag.String("security", "", "start the cluster secured (HTTPS, transport TLS, users, roles) and write the CA, passwords, client certificate and API key into this directory")
+	security := flag.String("security", "", "start the cluster secured (HTTPS, transport TLS, users, roles) and write the CA, passwords, client certificate and API key into this directory (elasticsearch-7: behind a TLS proxy, which tests the client only: no roles, no API key)")
 	list := flag.Bool("list", false, "print the pinned engines and exit")
 	flag.Var(extra, "setting", "extra node setting key=value (repeatable)")
 	flag.Parse()
@@ -87,10 +90,16 @@ func run() error {
 		if _, err := os.Stat(filepath.Join(c.SecurityDir(), engines.FileAPIKey)); err == nil {
 			files = append(files, engines.FileAPIKey)
 		}
-		fmt.Fprintf(os.Stderr, "engines: secured; in %s: %s (users %s)\n", c.SecurityDir(), strings.Join(files, ", "),
+		fmt.Fprintf(os.Stderr, "engines: secured by %s; in %s: %s (users %s)\n", c.SecurityKind(), c.SecurityDir(), strings.Join(files, ", "),
 			strings.Join(engines.Users(), ", "))
 	}
-	fmt.Printf("ready %s\n", c.URL())
+	if c.SecurityKind() == engines.TLSProxy {
+		fmt.Fprintf(os.Stderr, "engines: TLS proxy (haproxy) log %s\n", c.ProxyLog())
+		// The URL first, for scripts that read it.
+		fmt.Printf("ready %s %s\n", c.URL(), c.SecurityKind())
+	} else {
+		fmt.Printf("ready %s\n", c.URL())
+	}
 	<-ctx.Done()
 	stop()
 	fmt.Fprintln(os.Stderr, "engines: stopping")
