@@ -48,11 +48,12 @@ var roleTable = map[string][]Role{
 			{Indices: "*", Privilege: "view_index_metadata"},
 			{Indices: "*", Privilege: "maintenance"},
 		}},
+		// Unlike the relay, the copy reads no layout: no
+		// view_index_metadata (read grants indices:admin/resolve/index).
 		{Name: "escf_bootstrap", Users: []string{UserBootstrap}, Grants: []Grant{
 			{Privilege: "monitor"},
 			{Indices: "*", Privilege: "read"},
 			{Indices: "*", Privilege: "monitor"},
-			{Indices: "*", Privilege: "view_index_metadata"},
 			{Indices: "*", Privilege: "maintenance"},
 		}},
 		{Name: "escf_bulk", Users: []string{UserBulk}, Grants: []Grant{

@@ -102,8 +102,11 @@ func privileges(dir string, engines []string, w io.Writer) error {
 			if removed == "" {
 				removed = "(nothing: the whole role)"
 			}
-			if pf.Result == "not used" && pf.Only != "" {
+			switch {
+			case pf.Result == "not used" && pf.Only != "":
 				said = "used only by " + pf.Only
+			case pf.Result == "not provable here":
+				said = pf.Only
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", pf.Role, escape("`"+removed+"`"), pf.Result, escape(said))
 		}
