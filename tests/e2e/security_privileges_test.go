@@ -85,7 +85,7 @@ func TestSecurity_LeastPrivileges(t *testing.T) {
 		"escf_relay": func(t *testing.T, n int, user, pwFile string) (bool, string) {
 			feedName := fmt.Sprintf("lp-relay-%d", n)
 			stream := redisx.NewKeys(feedName).Events()
-			return runUntil(t, 20*time.Second, 2*time.Second, func() bool {
+			return runUntil(t, 20*time.Second, time.Second, func() bool {
 				return rdb.XLen(ctx, stream).Val() >= int64(len(want))
 			}, append([]string{"run", "--redis", srv.URL(), "--feed", feedName, "--index", "secure",
 				"--poll-interval", "20ms", "--deletes", "--delete-scan-interval", "50ms",
@@ -108,7 +108,7 @@ func TestSecurity_LeastPrivileges(t *testing.T) {
 			if code := adminStatus(t, c, "DELETE", "/escf-applied"); code != 200 && code != 404 {
 				t.Fatalf("DELETE /escf-applied: HTTP %d", code)
 			}
-			return runUntil(t, 20*time.Second, 2*time.Second, func() bool {
+			return runUntil(t, 20*time.Second, time.Second, func() bool {
 				adminDo(t, c, "POST", "/_refresh", "")
 				b := adminDo(t, c, "GET", "/_cat/indices/copy-lp*?h=index,docs.count", "")
 				return strings.Contains(string(b), fmt.Sprintf("%s %d", target, len(want)))
@@ -178,7 +178,8 @@ func TestSecurity_LeastPrivileges(t *testing.T) {
 
 // runUntil starts the binary and waits until done says its work is done
 // (then lets it run settle longer, to make the calls it makes after), it
-// exits, or timeout; ok is done and still running.
+// exits, it prints a refusal (a program that retries would go on doing
+// so), or timeout; ok is done and still running.
 func runUntil(t *testing.T, timeout, settle time.Duration, done func() bool, args ...string) (ok bool, out string) {
 	t.Helper()
 	cmd := binaryCommand(t, nil, args...)
@@ -205,6 +206,9 @@ func runUntil(t *testing.T, timeout, settle time.Duration, done func() bool, arg
 		case <-deadline:
 			return false, buf.String()
 		case <-time.After(100 * time.Millisecond):
+		}
+		if refusal(buf.String()) != "" {
+			return false, buf.String()
 		}
 		if done() {
 			select {
