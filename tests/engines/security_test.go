@@ -267,3 +267,76 @@ func TestRoles(t *testing.T) {
 		t.Errorf("escf_relay on Elasticsearch: %s, want %s", es, want)
 	}
 }
+
+// TestRoles_AreTheDocs: the role bodies docs/SECURITY.md shows (PUT
+// /_security/role/escf_… and PUT /_plugins/_security/api/roles/escf_…)
+// grant what the table does, the one the secured nodes are started with
+// and TestSecurity_LeastPrivileges proves. The docs name example indices
+// ("orders", "logs-*") where the table has "*".
+func TestRoles_AreTheDocs(t *testing.T) {
+	b, err := os.ReadFile("../../docs/SECURITY.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	pattern := func(names []string) string {
+		if len(names) == 1 && (names[0] == "copy-*" || names[0] == "escf-applied") {
+			return names[0]
+		}
+		return "*"
+	}
+	for _, product := range []string{"elasticsearch", "opensearch"} {
+		prefix := "PUT /_security/role/"
+		if product == "opensearch" {
+			prefix = "PUT /_plugins/_security/api/roles/"
+		}
+		for _, r := range Roles(product) {
+			i := strings.Index(doc, prefix+r.Name+"\n")
+			if i < 0 {
+				t.Errorf("docs/SECURITY.md shows no %s%s", prefix, r.Name)
+				continue
+			}
+			body := doc[i+len(prefix+r.Name+"\n"):]
+			body = body[:strings.Index(body, "```")]
+			var d struct {
+				Cluster      []string `json:"cluster"`
+				ClusterPerms []string `json:"cluster_permissions"`
+				Indices      []struct {
+					Names      []string `json:"names"`
+					Privileges []string `json:"privileges"`
+				} `json:"indices"`
+				IndexPerms []struct {
+					Patterns []string `json:"index_patterns"`
+					Actions  []string `json:"allowed_actions"`
+				} `json:"index_permissions"`
+			}
+			if err := json.Unmarshal([]byte(body), &d); err != nil {
+				t.Errorf("docs/SECURITY.md's %s%s: %v\n%s", prefix, r.Name, err, body)
+				continue
+			}
+			var got []string
+			for _, p := range append(d.Cluster, d.ClusterPerms...) {
+				got = append(got, Grant{Privilege: p}.String())
+			}
+			for _, ix := range d.Indices {
+				for _, p := range ix.Privileges {
+					got = append(got, Grant{Indices: pattern(ix.Names), Privilege: p}.String())
+				}
+			}
+			for _, ix := range d.IndexPerms {
+				for _, p := range ix.Actions {
+					got = append(got, Grant{Indices: pattern(ix.Patterns), Privilege: p}.String())
+				}
+			}
+			var want []string
+			for _, g := range r.Grants {
+				want = append(want, g.String())
+			}
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("%s %s: docs/SECURITY.md grants %q, the table %q", product, r.Name, got, want)
+			}
+		}
+	}
+}
