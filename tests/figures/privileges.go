@@ -124,6 +124,13 @@ func refusalExcerpt(line string) string {
 		line = line[i:]
 	}
 	line = strings.ReplaceAll(line, `\"`, `"`)
+	// The program's advice and the log's next fields follow the reason.
+	for _, end := range []string{"): ", `" `} {
+		if i := strings.Index(line, end); i >= 0 {
+			line = line[:i]
+		}
+	}
+	line = strings.TrimRight(line, `")`)
 	if len(line) > 240 {
 		line = line[:240] + "…"
 	}

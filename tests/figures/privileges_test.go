@@ -34,7 +34,7 @@ func TestPrivileges_TablesIntoTheDocument(t *testing.T) {
 		"#### opensearch-2 (OpenSearch 2.19.6)",
 		"TestSecurity_LeastPrivileges passed, 2026-12-05, 9 s.",
 		"| escf_status | `(nothing: the whole role)` | works |  |",
-		"| escf_status | `cluster cluster_monitor` | needed | HTTP 403 security_exception: no permissions for [cluster:monitor/main] \\| x)\" |",
+		"| escf_status | `cluster cluster_monitor` | needed | HTTP 403 security_exception: no permissions for [cluster:monitor/main] \\| x |",
 		"| escf_relay | `cluster indices:data/read/scroll` | not used | used only by scroll listings |",
 		privilegesEnd + "\nafter\n",
 	} {
