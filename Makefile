@@ -1,7 +1,7 @@
 # es-changefeed — build and test.
 #
 #   make test    install redis-server, PostgreSQL, a C compiler, docker-compose,
-#                promtool, a JDK 17 and Maven if missing, check compose/prometheus/ with promtool,
+#                promtool, haproxy, a JDK 17 and Maven if missing, check compose/prometheus/ with promtool,
 #                then go test -race ./... (the emulator; compose/*.yml
 #                checked with docker-compose, the metric names of the
 #                dashboard and alerts against a running relay and consumer;
@@ -17,7 +17,13 @@
 #   make test-engines
 #                the real-cluster part of the suite on each engine line
 #                of the engine table (internal/engine/versions.txt), then
-#                docs/COMPATIBILITY.md from what ran
+#                docs/COMPATIBILITY.md and docs/SECURITY.md's privilege
+#                tables from what ran
+#   make security-tables
+#                TestSecurity_LeastPrivileges on each engine with a security
+#                plugin (secured real nodes: each role of docs/SECURITY.md,
+#                whole and with each grant removed), then that document's
+#                generated tables from what ran
 #   make golden  re-record the real engines' answers the emulator is held to
 #   make bench   the benchmarks reported in docs/PERFORMANCE.md
 #   make reliability [RUNS=n]
@@ -32,7 +38,7 @@
 GO ?= go
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: test test-engines golden bench vet redis-server postgresql cc docker-compose promtool rules java examples build fuzz reliability
+.PHONY: test test-engines security-tables golden bench vet redis-server postgresql cc docker-compose promtool haproxy rules java examples build fuzz reliability
 
 # The binary at ./es-changefeed, stamped like the image: the version
 # (git describe) and the commit (-buildvcs=false keeps Go from stamping
@@ -90,6 +96,18 @@ promtool:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	}
 	@promtool --version 2>&1 | head -1
+
+# Debian's haproxy: the TLS proxy in front of a secured Elasticsearch 7
+# (tests/engines/tlsproxy.go; x-pack-security is not on Maven Central for
+# 7.17), and tests/engines' TestTLSProxy. In /usr/sbin, which a user's PATH
+# may lack: the package looks there too.
+haproxy:
+	@{ command -v haproxy >/dev/null 2>&1 || test -x /usr/sbin/haproxy; } || { \
+		echo "haproxy missing: installing it with apt-get"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends haproxy >/dev/null; \
+	}
+	@{ command -v haproxy >/dev/null 2>&1 && haproxy -v || /usr/sbin/haproxy -v; } | head -1
 
 # The alert rules, their unit tests and the scrape configuration of
 # compose/prometheus/ (the metric names the rules and the Grafana dashboard
@@ -153,7 +171,7 @@ ENGINE_JOBS ?= 1
 # A go test -skip pattern for make test-engines (none by default).
 ENGINE_SKIP ?=
 
-test: redis-server postgresql cc docker-compose promtool java examples vet rules
+test: redis-server postgresql cc docker-compose promtool haproxy java examples vet rules
 	ESCF_REQUIRE_COMPOSE=1 $(GO) test -race -count=1 -timeout 15m $$($(GO) list ./... | grep -v '/tests/engines$$')
 	@$(MAKE) --no-print-directory engine-$(DEFAULT_ENGINE) RACE=-race
 
@@ -167,9 +185,23 @@ engine-%:
 	$(GO) run ./tests/figures summary $(ENGINE_RESULTS)/$*.json "[$*] " || st=1; \
 	exit $$st
 
-test-engines: redis-server cc java
+test-engines: redis-server cc haproxy java
 	@status=0; $(MAKE) --no-print-directory -k -j$(ENGINE_JOBS) $(addprefix engine-,$(ENGINES)) || status=1; \
 	$(GO) run ./tests/figures compat $(ENGINE_RESULTS) docs/COMPATIBILITY.md && echo "docs/COMPATIBILITY.md written from $(ENGINE_RESULTS)"; \
+	$(GO) run ./tests/figures privileges $(ENGINE_RESULTS) docs/SECURITY.md && echo "docs/SECURITY.md's privilege tables written from $(ENGINE_RESULTS)"; \
+	exit $$status
+
+# The least-privilege proof alone, per engine (the test skips on engines
+# without a security plugin); its results go to $(SECURITY_RESULTS).
+SECURITY_RESULTS ?= /tmp/escf-security
+security-tables: redis-server cc haproxy java
+	@mkdir -p $(SECURITY_RESULTS); status=0; \
+	for e in $(ENGINES); do \
+		echo "== TestSecurity_LeastPrivileges on $$e"; \
+		ESCF_TEST_ENGINE=$$e $(GO) test -json -count=1 -timeout 20m -run '^TestSecurity_LeastPrivileges$$' ./tests/e2e/ > $(SECURITY_RESULTS)/$$e.json || status=1; \
+		$(GO) run ./tests/figures summary $(SECURITY_RESULTS)/$$e.json "[$$e] " || status=1; \
+	done; \
+	$(GO) run ./tests/figures privileges $(SECURITY_RESULTS) docs/SECURITY.md && echo "docs/SECURITY.md's privilege tables written from $(SECURITY_RESULTS)"; \
 	exit $$status
 
 # Records the answers of the five real engines to the calls the relay,

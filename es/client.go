@@ -544,7 +544,8 @@ func speaksTLS(raw string) bool {
 }
 
 // decodeError reads ES's error body: {"error":{"root_cause":[…],"type","reason"},"status"},
-// {"error":"text","status"}, or plain text (OpenSearch's 401).
+// {"error":"text","status"}, or plain text (OpenSearch's 401) or HTML (a
+// proxy's), whose whitespace it folds to one line.
 func decodeError(op string, status int, data []byte) error {
 	e := &Error{Op: op, Status: status}
 	var body struct {
@@ -571,7 +572,10 @@ func decodeError(op string, status int, data []byte) error {
 		}
 	}
 	if e.Reason == "" {
-		e.Reason = strings.TrimSpace(string(data))
+		// Not ES's JSON: OpenSearch's plain-text 401, or the HTML page of
+		// a proxy in front of the cluster (haproxy's 401 has three lines).
+		// On one line: the commands print an error as one line.
+		e.Reason = strings.Join(strings.Fields(string(data)), " ")
 		if len(e.Reason) > 200 {
 			e.Reason = e.Reason[:200] + "…"
 		}

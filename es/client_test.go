@@ -140,6 +140,8 @@ func TestClient_Errors(t *testing.T) {
 		{"ES 401", 401, `{"error":{"root_cause":[{"type":"security_exception","reason":"unable to authenticate user [u]"}],"type":"security_exception","reason":"unable to authenticate user [u]"},"status":401}`,
 			ErrUnauthorized, false, "security_exception"},
 		{"OpenSearch 401 plain text", 401, `Unauthorized`, ErrUnauthorized, false, "Unauthorized"},
+		{"a proxy's 401 in HTML (haproxy)", 401, "<html><body><h1>401 Unauthorized</h1>\nYou need a valid user and password to access this content.\n</body></html>\n",
+			ErrUnauthorized, false, "HTTP 401: <html><body><h1>401 Unauthorized</h1> You need a valid user and password to access this content. </body></html>"},
 		{"429", 429, `{"error":{"type":"es_rejected_execution_exception","reason":"rejected"},"status":429}`, nil, true, "es_rejected_execution_exception"},
 		{"503 string error", 503, `{"error":"service unavailable","status":503}`, nil, true, "service unavailable"},
 	}
@@ -159,6 +161,9 @@ func TestClient_Errors(t *testing.T) {
 			}
 			if ee.Status != tt.status || !strings.Contains(err.Error(), tt.text) {
 				t.Errorf("err = %v (status %d)", err, ee.Status)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("err = %q, want one line", err)
 			}
 		})
 	}

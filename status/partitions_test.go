@@ -2,6 +2,9 @@ package status_test
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/es-changefeed/es-changefeed/checkpoint"
+	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/redisx"
 	"github.com/es-changefeed/es-changefeed/status"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
@@ -137,5 +141,55 @@ func TestGather_DeliveredIDs(t *testing.T) {
 	}
 	if want := "delivered ids: 3 in 2 seq-no ranges of 64 over 2 shards (for delete scans); 2 ids of the layout before ranges"; !strings.Contains(b.String(), want) {
 		t.Errorf("text has no %q:\n%s", want, b.String())
+	}
+}
+
+// TestGather_StatsRefused: a cluster that answers GET / but refuses the
+// index's _stats (a user without index monitor) is a problem named with
+// the refusal, and the index is not called missing: not knowing is not
+// "gone".
+func TestGather_StatsRefused(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	k := redisx.NewKeys("refused")
+	lease, _ := redisx.NewLease(redisx.LeaseConfig{Client: rdb, Key: k.Lease(), TTL: time.Minute})
+	if ok, err := lease.TryAcquire(ctx); !ok || err != nil {
+		t.Fatalf("lease: %v %v", ok, err)
+	}
+	store, err := checkpoint.New(checkpoint.Config{Client: rdb, Keys: k, Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh0 := checkpoint.ShardID{IndexUUID: "u", Shard: 0}
+	if err := store.Commit(ctx, checkpoint.Batch{
+		Indices:     map[string]checkpoint.IndexInfo{"u": {Name: "orders", Target: "orders", Shards: 1}},
+		Checkpoints: map[checkpoint.ShardID]int64{sh0: 10},
+		Meta:        map[string]string{"created": "2026-12-01T00:00:00Z"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cluster := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/" {
+			_, _ = io.WriteString(w, `{"name":"n0","cluster_name":"c","version":{"number":"2.19.6","distribution":"opensearch"}}`)
+			return
+		}
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = io.WriteString(w, `{"error":{"root_cause":[{"type":"security_exception","reason":"no permissions for [indices:monitor/stats] and User [name=st]"}],"type":"security_exception","reason":"no permissions for [indices:monitor/stats] and User [name=st]"},"status":403}`)
+	}))
+	defer cluster.Close()
+	client, err := es.New(es.Config{URLs: []string{cluster.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := status.Gather(ctx, status.Sources{Redis: rdb, Keys: k, ES: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Healthy || len(rep.Problems) == 0 || !strings.Contains(strings.Join(rep.Problems, "\n"), "indices:monitor/stats") {
+		t.Errorf("healthy %v, problems %q: want one naming the refused stats", rep.Healthy, rep.Problems)
+	}
+	if len(rep.Indices) != 1 || rep.Indices[0].Missing {
+		t.Errorf("indices %+v: want orders, not missing", rep.Indices)
 	}
 }

@@ -258,6 +258,7 @@ func Gather(ctx context.Context, src Sources) (Report, error) {
 		return r, err
 	}
 	var stats map[string]es.IndexStats
+	unread := map[string]bool{} // indices whose stats the cluster did not give
 	if src.ES != nil {
 		if ci, err := src.ES.Info(ctx); err != nil {
 			r.Cluster = "unreachable: " + err.Error()
@@ -266,9 +267,20 @@ func Gather(ctx context.Context, src Sources) (Report, error) {
 			r.Cluster = ci.Distribution + " " + ci.Version
 			stats = map[string]es.IndexStats{}
 			for _, info := range state.Indices {
+				if _, done := stats[info.Name]; done || unread[info.Name] {
+					continue
+				}
 				st, err := src.ES.Stats(ctx, []string{info.Name})
-				if err == nil {
+				switch {
+				case err == nil:
 					stats[info.Name] = st[info.Name]
+				case es.IsNotFound(err):
+					// Missing, below.
+				default:
+					// Refused (403), partial, unreachable: not knowing is
+					// not "missing".
+					unread[info.Name] = true
+					r.Problems = append(r.Problems, fmt.Sprintf("cannot read the stats of %s: %v", info.Name, err))
 				}
 			}
 		}
@@ -276,7 +288,7 @@ func Gather(ctx context.Context, src Sources) (Report, error) {
 	for uuid, info := range state.Indices {
 		ix := Index{Name: info.Name, UUID: uuid, Target: info.Target, Shards: []Shard{}}
 		st, asked := stats[info.Name]
-		if src.ES != nil && r.Cluster != "" && !strings.HasPrefix(r.Cluster, "unreachable") && (!asked || st.UUID != uuid) {
+		if src.ES != nil && r.Cluster != "" && !strings.HasPrefix(r.Cluster, "unreachable") && !unread[info.Name] && (!asked || st.UUID != uuid) {
 			ix.Missing = true
 		}
 		for n := 0; n < info.Shards; n++ {

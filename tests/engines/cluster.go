@@ -60,6 +60,20 @@ type Config struct {
 	// StartTimeout bounds Start and each node's restart (default
 	// DefaultStartTimeout).
 	StartTimeout time.Duration
+	// Security, when not empty, starts the cluster secured and names the
+	// directory (created if missing) where Start writes what a client
+	// needs: ca.pem (the CA that signed the nodes' certificates, made at
+	// start), a password file per user (admin.password, relay.password,
+	// bulk.password, bootstrap.password, status.password: see UserAdmin
+	// and the others), client.pem and client-key.pem (a client
+	// certificate of ClientCertUser) and, on Elasticsearch, api-key (an
+	// encoded API key with the relay's privileges). HTTP and the transport
+	// then speak TLS and every request must authenticate; URLs are
+	// https://. Default: off. Engines: see the package's README. On
+	// elasticsearch-7 (no security plugin on Maven Central) the nodes run
+	// plain behind a TLS proxy (SecurityKind TLSProxy: the client only,
+	// roles are not enforced, no api-key), whose ports are HTTPPort+i.
+	Security string
 }
 
 // Validate names the first bad field.
@@ -69,6 +83,10 @@ func (c Config) Validate() error {
 	}
 	if c.Nodes < 1 || c.Nodes > 9 {
 		return fmt.Errorf("engines: Nodes %d: want 1 to 9", c.Nodes)
+	}
+	if e, _ := Lookup(c.Engine); c.Security != "" && SecurityKindOf(e.Name) == NoSecurity {
+		return fmt.Errorf("engines: Security: %s has neither a security plugin on Maven Central nor the TLS proxy: security runs on %s",
+			e.Name, strings.Join(securedEngines(), ", "))
 	}
 	if c.HTTPPort < 0 || c.HTTPPort+c.Nodes > 65535 {
 		return fmt.Errorf("engines: HTTPPort %d: want 0 (free ports) or a port below %d", c.HTTPPort, 65535-c.Nodes)
@@ -102,6 +120,8 @@ type Cluster struct {
 	dir     string
 	ownsDir bool
 	http    *http.Client
+	creds   *credentials // nil: not secured
+	proxy   *tlsProxy    // running in front of the nodes (SecurityKind TLSProxy)
 
 	mu    sync.Mutex
 	nodes []*node
@@ -130,11 +150,18 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	e, _ := Lookup(cfg.Engine)
-	cp, err := Prepare(ctx, e)
+	// Behind the TLS proxy the nodes run plain.
+	cp, err := prepare(ctx, e, cfg.Security != "" && SecurityKindOf(e.Name) == EngineSecurity)
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{cfg: cfg, engine: e, cp: cp, dir: cfg.Dir, http: &http.Client{Timeout: 30 * time.Second}}
+	if cfg.Security != "" {
+		if c.creds, err = newCredentials(cfg.Security); err != nil {
+			return nil, fmt.Errorf("engines: security credentials in %s: %w", cfg.Security, err)
+		}
+		c.http.Transport = &http.Transport{TLSClientConfig: c.creds.tlsConfig()}
+	}
 	if c.dir == "" {
 		if c.dir, err = os.MkdirTemp("", "escf-"+e.Name+"-"); err != nil {
 			return nil, err
@@ -150,6 +177,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	// JVM binds it: such a start is tried again on other ports.
 	for attempt := 1; ; attempt++ {
 		err = c.startNodes(ctx)
+		if err == nil && c.SecurityKind() == EngineSecurity {
+			err = c.afterSecureStart(ctx)
+		}
 		if err == nil {
 			return c, nil
 		}
@@ -176,7 +206,7 @@ func (c *Cluster) startNodes(ctx context.Context) error {
 			return err
 		}
 		var err error
-		if c.cfg.HTTPPort > 0 {
+		if c.cfg.HTTPPort > 0 && c.SecurityKind() != TLSProxy {
 			n.httpPort = c.cfg.HTTPPort + i
 		} else if n.httpPort, err = freePort(); err != nil {
 			return err
@@ -194,6 +224,9 @@ func (c *Cluster) startNodes(ctx context.Context) error {
 		}
 	}
 	c.mu.Unlock()
+	if err == nil && c.SecurityKind() == TLSProxy {
+		err = c.startTLSProxy(ctx)
+	}
 	if err != nil {
 		return err
 	}
@@ -202,6 +235,9 @@ func (c *Cluster) startNodes(ctx context.Context) error {
 
 // spawn starts node n's JVM; c.mu is held.
 func (c *Cluster) spawn(n *node, first bool) error {
+	if err := os.MkdirAll(filepath.Join(n.home, "config"), 0o755); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(filepath.Join(n.home, "tmp"), 0o755); err != nil {
 		return err
 	}
@@ -236,6 +272,15 @@ func (c *Cluster) spawn(n *node, first bool) error {
 			settings = append(settings, key+"="+strings.Join(names, ","))
 		}
 	}
+	var plugins []string
+	if c.SecurityKind() == EngineSecurity {
+		sec, err := c.creds.writeNodeConfig(c.engine, c.cp, n.home)
+		if err != nil {
+			return err
+		}
+		settings = append(settings, sec...)
+		plugins = securityPluginClasses[c.engine.Product]
+	}
 	for k, v := range c.cfg.Settings {
 		settings = append(settings, k+"="+v)
 	}
@@ -246,6 +291,9 @@ func (c *Cluster) spawn(n *node, first bool) error {
 		"-Dfile.encoding=UTF-8", "-Djava.awt.headless=true",
 		"-Dlog4j2.disable.jmx=true", "-Dlog4j.shutdownHookEnabled=false",
 		"-Descf.exitOnStdinEof=true",
+	}
+	if len(plugins) > 0 {
+		args = append(args, "-Descf.plugins="+strings.Join(plugins, ","))
 	}
 	if javaMajor(c.cp.JavaHome) >= 21 {
 		args = append(args, "--enable-native-access=ALL-UNNAMED")
@@ -304,7 +352,7 @@ func (c *Cluster) waitHealth(ctx context.Context, via int, status string) error 
 			return err
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := c.http.Do(req)
+		resp, err := c.do(req)
 		if err == nil {
 			var h struct {
 				Status   string `json:"status"`
@@ -363,9 +411,18 @@ func (c *Cluster) Nodes() int { return len(c.nodes) }
 // URL is node 0's HTTP URL.
 func (c *Cluster) URL() string { return c.NodeURL(0) }
 
-// NodeURL is node i's HTTP URL, e.g. http://127.0.0.1:9200.
+// NodeURL is node i's HTTP URL, e.g. http://127.0.0.1:9200
+// (https:// when secured; behind the TLS proxy, the proxy's port of node
+// i).
 func (c *Cluster) NodeURL(i int) string {
-	return "http://127.0.0.1:" + strconv.Itoa(c.nodes[i].httpPort)
+	if c.proxy != nil {
+		return c.proxy.url(i)
+	}
+	scheme := "http"
+	if c.creds != nil {
+		scheme = "https"
+	}
+	return scheme + "://127.0.0.1:" + strconv.Itoa(c.nodes[i].httpPort)
 }
 
 // URLs are every node's HTTP URL, node 0 first.
@@ -559,7 +616,7 @@ type ShardCopy struct {
 // Shards lists the copies of an index's shards, asked through node via.
 func (c *Cluster) Shards(ctx context.Context, via int, index string) ([]ShardCopy, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.NodeURL(via)+"/_cat/shards/"+index+"?format=json&h=shard,prirep,state,node", nil)
-	resp, err := c.http.Do(req)
+	resp, err := c.do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -586,7 +643,8 @@ func (c *Cluster) Shards(ctx context.Context, via int, index string) ([]ShardCop
 }
 
 // Close stops every running node (SIGTERM, then SIGKILL after
-// DefaultStopTimeout), concurrently, and removes Dir if Start made it.
+// DefaultStopTimeout), concurrently, then the TLS proxy, and removes Dir
+// if Start made it.
 func (c *Cluster) Close() error {
 	c.stopAll()
 	if c.ownsDir {
@@ -610,6 +668,7 @@ func (c *Cluster) stopAll() {
 		}(n)
 	}
 	wg.Wait()
+	c.proxy.stop() // stays for NodeURL; a new start replaces it
 	c.mu.Unlock()
 }
 

@@ -63,12 +63,25 @@ func TestVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var profiles []string
+	var profiles, secured []string
 	for _, m := range regexp.MustCompile(`(?s)<profile>\s*<id>([^<]+)</id>`).FindAllStringSubmatch(string(pom), -1) {
+		if name, ok := strings.CutSuffix(m[1], "-security"); ok {
+			secured = append(secured, name)
+			continue
+		}
 		profiles = append(profiles, m[1])
 	}
 	if got, want := strings.Join(profiles, ","), strings.Join(Names(), ","); got != want {
 		t.Errorf("launcher/pom.xml has the profiles %s, the engine table the lines %s: add or remove a profile", got, want)
+	}
+	var want []string
+	for _, n := range Names() {
+		if _, ok := securityPlugins[n]; ok {
+			want = append(want, n)
+		}
+	}
+	if got, want := strings.Join(secured, ","), strings.Join(want, ","); got != want {
+		t.Errorf("launcher/pom.xml has <engine>-security profiles for %s, securityPlugins names %s", got, want)
 	}
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
@@ -104,6 +117,8 @@ func TestConfig_Validate(t *testing.T) {
 	if err := (Config{}).withDefaults().Validate(); err != nil {
 		t.Fatalf("the zero Config with defaults: %v", err)
 	}
+	// Security on every line, elasticsearch-7's behind the TLS proxy:
+	// TestSecurityKindOf.
 }
 
 // TestCluster_NodeControls starts three real nodes, writes an index with a

@@ -27,6 +27,9 @@ func StartTB(tb testing.TB, cfg Config) *Cluster {
 			for i := 0; i < c.Nodes(); i++ {
 				tb.Logf("%s of %s: %s", c.NodeName(i), c.Engine(), c.LogFile(i))
 			}
+			if l := c.ProxyLog(); l != "" {
+				tb.Logf("the TLS proxy of %s: %s", c.Engine(), l)
+			}
 		}
 		if err := c.Close(); err != nil {
 			tb.Errorf("close the cluster: %v", err)

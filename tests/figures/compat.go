@@ -49,6 +49,7 @@ type costFigure struct {
 }
 
 type testResult struct {
+	secured bool // it ran on a secured node (its log says "backend: … secured by …")
 	name    string
 	action  string // pass, fail, skip
 	elapsed float64
@@ -98,8 +99,9 @@ func readRun(name string, r io.Reader) (*engineRun, error) {
 		case "output":
 			out := strings.TrimRight(ev.Output, "\n")
 			tr.output = append(tr.output, out)
+			tr.secured = tr.secured || strings.Contains(out, "backend: ") && strings.Contains(out, " secured by ")
 			if i := strings.Index(out, "backend: "); i >= 0 && run.version == "" {
-				run.version = versionIn(out[i:])
+				run.version = versionIn(out[i:]) // "" until a line names it
 			}
 			if i := strings.Index(out, "COST {"); i >= 0 {
 				var cf costFigure
@@ -226,15 +228,15 @@ func compat(dir string, engines []string, w io.Writer) error {
 
 	fmt.Fprintln(w, "## Summary")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| engine | version | tests passed | failed | skipped | suite time |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| engine | version | tests passed | failed | skipped | on a secured node | suite time |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, r := range runs {
 		if r.tests == nil {
-			fmt.Fprintf(w, "| %s | – | not run | | | |\n", r.name)
+			fmt.Fprintf(w, "| %s | – | not run | | | | |\n", r.name)
 			continue
 		}
 		p, f, s := r.counts()
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %s |\n", r.name, r.version, p, f, s, r.elapsed.Round(time.Second))
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %s | %s |\n", r.name, r.version, p, f, s, r.securedRuns(), r.elapsed.Round(time.Second))
 	}
 	fmt.Fprintln(w)
 
@@ -396,6 +398,30 @@ func (r *engineRun) counts() (pass, fail, skip int) {
 	return
 }
 
+// securedRuns says how the top-level tests that ran on a secured node did:
+// "3 passed", "2 passed, 1 FAILED", "none".
+func (r *engineRun) securedRuns() string {
+	var pass, fail int
+	for n, tr := range r.tests {
+		if !tr.secured || strings.Contains(n[strings.Index(n, ".")+1:], "/") {
+			continue
+		}
+		switch tr.action {
+		case "pass":
+			pass++
+		case "fail":
+			fail++
+		}
+	}
+	switch {
+	case pass+fail == 0:
+		return "none"
+	case fail == 0:
+		return fmt.Sprintf("%d passed", pass)
+	}
+	return fmt.Sprintf("%d passed, %d FAILED", pass, fail)
+}
+
 // subtests sums a test's subtests as " (3 pass, 1 skip)".
 func (r *engineRun) subtests(name string) string {
 	c := map[string]int{}
@@ -444,7 +470,7 @@ const compatTail = `## What the embedded engines cannot do, and why
 These are limits of running the engines from Maven Central's jars, not of the feed:
 
 - **Elasticsearch 8.x and 9.x: ` + "`GET /`" + `.** The root endpoint lives in the ` + "`rest-root`" + ` module, which Elastic
-  does not publish to Maven Central (nor ` + "`data-streams`" + `, ` + "`reindex`" + `, ` + "`x-pack-fleet`" + `, ` + "`x-pack-security`" + `).
+  does not publish to Maven Central (nor ` + "`data-streams`" + `, ` + "`reindex`" + `, ` + "`x-pack-fleet`" + `).
   The launcher serves ` + "`GET /`" + ` from the node's own build and cluster state so that clients can read the
   version; it is the only answer of these nodes that is not the engine's own, and its golden response is
   not compared.
@@ -453,9 +479,15 @@ These are limits of running the engines from Maven Central's jars, not of the fe
   (the module) answer 405, so tests delete the backing indices' data stream by deleting the cluster. On 7.17
   the template's ` + "`data_stream`" + ` field itself is unknown without the x-pack data-streams plugin: data stream
   tests skip there.
-- **Security (TLS, users, API keys).** Neither Elasticsearch's x-pack security nor the OpenSearch security
-  plugin runs from these jars; the TLS, password and API-key tests run on the emulator, and on a secured
-  cluster of your own with ` + "`ESCF_TEST_ES_URL`" + ` (docs/SECURITY.md).
+- **Security (TLS, users, API keys).** OpenSearch's security plugin (2.19.4.0, 3.4.0.0) and Elasticsearch's
+  x-pack security (8.x, 9.x) run from Maven Central's jars: ` + "`tests/engines`" + ` starts a node secured
+  (` + "`--security DIR`" + `, tests/engines/README.md). ` + "`TestCluster_Secured`" + `, ` + "`TestCLI_SecuredRealEngine`" + ` (the relay, ` + "`resync`" + `,
+  ` + "`status`" + `, ` + "`consume --bootstrap`" + ` and the bulk sink as users with docs/SECURITY.md's roles, and the refusals) and
+  ` + "`TestSecurity_LeastPrivileges`" + ` (each role whole and with each grant removed; its tables are in docs/SECURITY.md)
+  run there: the summary's "on a secured node" column counts them. Elasticsearch 7.17 has no security jar on
+  Central: there the node runs plain behind a TLS proxy (haproxy, from Debian), which tests the client only (TLS,
+  the CA, passwords, the client certificate): roles are not enforced and there are no API keys, so those
+  subtests and the least-privilege test skip.
 - **` + "`_fleet/global_checkpoints`" + `** (x-pack) is not there either.
 `
 

@@ -12,6 +12,7 @@ func TestCompat_TablesFromTestJSON(t *testing.T) {
 	run := `{"Time":"2026-12-01T10:00:00Z","Action":"start","Package":"github.com/es-changefeed/es-changefeed/tests/e2e"}
 {"Time":"2026-12-01T10:00:01Z","Action":"run","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestRelay_Mirror"}
 {"Time":"2026-12-01T10:00:01Z","Action":"output","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestRelay_Mirror","Output":"    relay_test.go:163: backend: real cluster at http://127.0.0.1:1 (opensearch 2.19.6), indices x-*\n"}
+{"Time":"2026-12-01T10:00:01Z","Action":"output","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestRelay_Mirror","Output":"    relay_test.go:164: backend: opensearch-2 (OpenSearch 2.19.6) secured by the engine's security plugin at https://127.0.0.1:2\n"}
 {"Time":"2026-12-01T10:00:02Z","Action":"output","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestRelay_Mirror","Output":"    cost_test.go:9: COST {\"engine\":\"opensearch-2\",\"what\":\"idle\",\"value\":2.5,\"unit\":\"requests/s\",\"note\":\"stats 20\"}\n"}
 {"Time":"2026-12-01T10:00:09Z","Action":"pass","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestRelay_Mirror","Elapsed":8}
 {"Time":"2026-12-01T10:00:09Z","Action":"run","Package":"github.com/es-changefeed/es-changefeed/tests/e2e","Test":"TestRelay_LateCommit"}
@@ -36,8 +37,8 @@ func TestCompat_TablesFromTestJSON(t *testing.T) {
 	}
 	doc := b.String()
 	for _, want := range []string{
-		"| opensearch-2 | opensearch 2.19.6 | 1 | 2 | 1 | 11s |",
-		"| elasticsearch-9 | – | not run | | | |",
+		"| opensearch-2 | opensearch 2.19.6 | 1 | 2 | 1 | 1 passed | 11s |",
+		"| elasticsearch-9 | – | not run | | | | |",
 		"| `e2e.TestRelay_Mirror` | pass | – |",
 		"| `e2e.TestTargets_DataStream` | FAIL [1 FAIL] | – |",
 		"- `e2e.TestRelay_LateCommit`: needs held writes \\| the emulator",

@@ -2,10 +2,12 @@
 // (ESCF_FIGURES=file go test ./tests/e2e/) into the Markdown table of
 // docs/RELIABILITY.md: one row per scenario, summed over the runs; and,
 // in compat mode, what make test-engines left in DIR (per engine the
-// suite's go test -json output and its figures) into docs/COMPATIBILITY.md.
+// suite's go test -json output and its figures) into docs/COMPATIBILITY.md,
+// and in privileges mode the least-privilege runs into docs/SECURITY.md.
 //
 //	go run ./tests/figures FILE
 //	go run ./tests/figures compat DIR docs/COMPATIBILITY.md
+//	go run ./tests/figures privileges DIR docs/SECURITY.md
 package main
 
 import (
@@ -15,6 +17,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/es-changefeed/es-changefeed/tests/engines"
 )
 
 type figure struct {
@@ -39,6 +43,13 @@ func main() {
 	if len(os.Args) == 4 && os.Args[1] == "compat" {
 		if err := writeCompat(os.Args[2], os.Args[3]); err != nil {
 			fmt.Fprintf(os.Stderr, "figures: compat: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) == 4 && os.Args[1] == "privileges" {
+		if err := writePrivileges(os.Args[2], engines.Names(), os.Args[3]); err != nil {
+			fmt.Fprintf(os.Stderr, "figures: privileges: %v\n", err)
 			os.Exit(1)
 		}
 		return
@@ -68,6 +79,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: go run ./tests/figures FILE (the ESCF_FIGURES file of a test run)")
 		fmt.Fprintln(os.Stderr, "       go run ./tests/figures summary FILE [PREFIX] (a go test -json stream: counts, and the failed tests' output)")
 		fmt.Fprintln(os.Stderr, "       go run ./tests/figures compat DIR OUT (make test-engines: DIR/<engine>.json → OUT)")
+		fmt.Fprintln(os.Stderr, "       go run ./tests/figures privileges DIR DOC (make security-tables: DIR/<engine>.json → DOC's generated block)")
 		os.Exit(2)
 	}
 	f, err := os.Open(os.Args[1])

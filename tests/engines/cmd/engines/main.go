@@ -6,8 +6,13 @@
 // It prints "ready http://127.0.0.1:<port>" (node 0's URL) when the cluster
 // is green, and runs until SIGINT or SIGTERM, or until the process that
 // started it ends (kill %1 on `go run … &` ends go run, which passes no
-// SIGTERM on), then stops every JVM it started. The first run of an
-// engine downloads its jars into ~/.m2.
+// SIGTERM on), then stops every JVM it started. With --security DIR the
+// cluster runs with TLS and users, and DIR receives the CA, the users'
+// passwords and a client certificate; on elasticsearch-7 (no security
+// plugin on Maven Central) a TLS proxy, haproxy, serves --http-port in
+// front of a plain node, which tests the client only: the ready line says
+// so ("TLS proxy (client only): roles are not enforced"). The first run of
+// an engine downloads its jars into ~/.m2.
 package main
 
 import (
@@ -16,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -51,6 +57,7 @@ func run() error {
 	heap := flag.String("heap", engines.DefaultHeap, "heap of each JVM")
 	dir := flag.String("dir", "", "directory for the nodes' data and logs (default: a temporary one, removed at exit)")
 	javaOpts := flag.String("java-opts", strings.Join(engines.DefaultJavaOpts, " "), "JVM options of each node, space-separated (\"\": the JVM's defaults)")
+	security := flag.String("security", "", "start the cluster secured (HTTPS, transport TLS, users, roles) and write the CA, passwords, client certificate and API key into this directory (elasticsearch-7: behind a TLS proxy, which tests the client only: no roles, no API key)")
 	list := flag.Bool("list", false, "print the pinned engines and exit")
 	flag.Var(extra, "setting", "extra node setting key=value (repeatable)")
 	flag.Parse()
@@ -68,14 +75,31 @@ func run() error {
 	go stopWhenOrphaned(ctx, orphaned)
 	fmt.Fprintf(os.Stderr, "engines: starting %d node(s) of %s (the first run downloads its jars)\n", *nodes, *engine)
 	c, err := engines.Start(ctx, engines.Config{Engine: *engine, Nodes: *nodes, HTTPPort: *port, Heap: *heap, Dir: *dir, Settings: extra,
-		JavaOpts: strings.Fields(*javaOpts)})
+		JavaOpts: strings.Fields(*javaOpts), Security: *security})
 	if err != nil {
 		return err
 	}
 	for i := 0; i < c.Nodes(); i++ {
 		fmt.Fprintf(os.Stderr, "engines: %s at %s, log %s\n", c.NodeName(i), c.NodeURL(i), c.LogFile(i))
 	}
-	fmt.Printf("ready %s\n", c.URL())
+	if c.Secured() {
+		files := []string{engines.FileCA, engines.FileClientCert, engines.FileClientKey}
+		for _, u := range engines.Users() {
+			files = append(files, engines.PasswordFile(u))
+		}
+		if _, err := os.Stat(filepath.Join(c.SecurityDir(), engines.FileAPIKey)); err == nil {
+			files = append(files, engines.FileAPIKey)
+		}
+		fmt.Fprintf(os.Stderr, "engines: secured by %s; in %s: %s (users %s)\n", c.SecurityKind(), c.SecurityDir(), strings.Join(files, ", "),
+			strings.Join(engines.Users(), ", "))
+	}
+	if c.SecurityKind() == engines.TLSProxy {
+		fmt.Fprintf(os.Stderr, "engines: TLS proxy (haproxy) log %s\n", c.ProxyLog())
+		// The URL first, for scripts that read it.
+		fmt.Printf("ready %s %s\n", c.URL(), c.SecurityKind())
+	} else {
+		fmt.Printf("ready %s\n", c.URL())
+	}
 	<-ctx.Done()
 	stop()
 	fmt.Fprintln(os.Stderr, "engines: stopping")
