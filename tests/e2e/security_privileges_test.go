@@ -227,10 +227,12 @@ func runUntil(t *testing.T, timeout, settle time.Duration, done func() bool, arg
 }
 
 // refusal is the first line of out that reports a 403 (or a refused
-// authorization), "" when there is none.
+// authorization), "" when there is none. Not a bare "403": log lines'
+// timestamps have milliseconds (a CI run took "…T08:01:55.403Z … bootstrap:
+// done" for a refusal).
 func refusal(out string) string {
 	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(l, "403") || strings.Contains(l, "security_exception") || strings.Contains(l, "unauthorized") {
+		if strings.Contains(l, "HTTP 403") || strings.Contains(l, "security_exception") || strings.Contains(l, "is unauthorized") {
 			return strings.TrimSpace(l)
 		}
 	}
@@ -259,4 +261,18 @@ func wantNamed(product string, g engines.Grant) string {
 		return "want the action " + g.Action
 	}
 	return "want " + g.Privilege + " among the privileges the refusal says grant the action"
+}
+
+// TestRefusal: the least-privilege test's reading of a program's output
+// finds refusals, and not a timestamp's milliseconds.
+func TestRefusal(t *testing.T) {
+	for out, want := range map[string]string{
+		`time=2026-12-05T08:01:55.403Z level=INFO msg="bootstrap: done" documents=5`:                  "",
+		"ok\nes-changefeed: denied user \"x\" (GET /: HTTP 403 security_exception: no permissions)\n": `es-changefeed: denied user "x" (GET /: HTTP 403 security_exception: no permissions)`,
+		`level=WARN error="action [indices:data/read/search] is unauthorized for user [x]"`:           `level=WARN error="action [indices:data/read/search] is unauthorized for user [x]"`,
+	} {
+		if got := refusal(out); got != want {
+			t.Errorf("refusal(%q) = %q, want %q", out, got, want)
+		}
+	}
 }
