@@ -489,24 +489,53 @@ type page struct {
 // window, if a hold is free, is left pending for the next round's stats to
 // settle (settlePending): in the steady state a page costs no stats
 // request of its own.
+//
+// The search of the next page runs while a page is settled and committed,
+// one page ahead and never more: its search_after is the page's last seq
+// no, known as soon as the page's hits are in. Pages still commit one at a
+// time, in order, one transaction each, and a page is settled by stats
+// read after its own search answered, so neither the order nor the settle
+// rule changes (docs/DESIGN.md §2). On any error (settle, commit, lease
+// lost, ctx ended) the page read ahead is dropped uncommitted: its search
+// is cancelled and waited for before readShard returns. A shard read
+// therefore holds at most two pages' responses and hits (two es.Page
+// buffers, alternating, so a page being committed is never overwritten)
+// and one page's events: about 2 × BatchSize hits, their sources included.
+// It runs in one ReadConcurrency slot.
 func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard int, cp, gcp int64, primary es.ShardCheckpoints) error {
-	after := cp
-	// One page's response, hits and events at a time, their memory
-	// reused by the next page: the store keeps none of them after Commit
-	// (the delivered ids it remembers are strings of their own).
-	var resp es.Page
+	ctx, cancel := context.WithCancel(ctx)
+	var ahead *search // the next page's search, in flight or answered
+	defer func() {
+		// Drop the page read ahead, if any: never committed, its
+		// goroutine finished before the shard read ends.
+		cancel()
+		if ahead != nil {
+			_ = ahead.wait()
+		}
+	}()
+	// The store keeps none of the events, hits or responses after Commit
+	// (the delivered ids it remembers are strings of their own): the
+	// buffers are reused, page after page.
+	var bufs [2]es.Page
 	var events []redisx.Event
-	for {
-		if err := cur.ec.ReadPage(ctx, es.ShardPage{Index: name, Shard: shard, After: after, UpTo: gcp, Size: r.cfg.BatchSize}, &resp); err != nil {
+	ask := func(after int64, buf *es.Page) *search {
+		return searchPage(ctx, cur.ec, es.ShardPage{Index: name, Shard: shard, After: after, UpTo: gcp, Size: r.cfg.BatchSize}, buf)
+	}
+	after := cp
+	ahead = ask(after, &bufs[0])
+	for i := 0; ; i ^= 1 {
+		s := ahead
+		ahead = nil
+		if err := s.wait(); err != nil {
 			return err
 		}
-		hits := resp.Hits
-		pg := &page{shard: shard, after: after, next: gcp, hits: hits, primary: primary, target: -1, since: time.Now()}
+		hits := bufs[i].Hits
+		pg := &page{shard: shard, after: after, next: gcp, hits: hits, primary: primary, target: -1, since: s.at}
 		if len(hits) == r.cfg.BatchSize && hits[len(hits)-1].SeqNo < gcp {
 			pg.next = hits[len(hits)-1].SeqNo
 		}
 		if pg.next == gcp && r.hold(pg.size()) {
-			// resp is this page's from now on: no later page reuses it.
+			// bufs[i] is this page's from now on: no later page reuses it.
 			cur.mu.Lock()
 			if cur.pending == nil {
 				cur.pending = map[int]*page{}
@@ -515,6 +544,11 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 			cur.mu.Unlock()
 			return nil
 		} // else the holds are full: settle it now
+		if pg.next < gcp {
+			// The next page is searched while this one settles and
+			// commits, into the other buffer.
+			ahead = ask(pg.next, &bufs[i^1])
+		}
 		if err := r.settle(ctx, cur.ec, name, shard, primary); err != nil {
 			return err
 		}
@@ -526,6 +560,31 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 		}
 		after = pg.next
 	}
+}
+
+// search is one page's search, run in a goroutine of its own (searchPage).
+type search struct {
+	done chan struct{}
+	err  error
+	at   time.Time // when it answered
+}
+
+// searchPage starts the search of page p into pg. The caller must not touch
+// pg until wait returns.
+func searchPage(ctx context.Context, ec *es.Client, p es.ShardPage, pg *es.Page) *search {
+	s := &search{done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		s.err = ec.ReadPage(ctx, p, pg)
+		s.at = time.Now()
+	}()
+	return s
+}
+
+// wait returns once the search answered, with its error.
+func (s *search) wait() error {
+	<-s.done
+	return s.err
 }
 
 // commitPage commits a settled page: its events, delivered ids, gap count
