@@ -490,50 +490,47 @@ type page struct {
 // settle (settlePending): in the steady state a page costs no stats
 // request of its own.
 //
-// The search of the next page runs while a page is settled and committed,
-// one page ahead and never more: its search_after is the page's last seq
-// no, known as soon as the page's hits are in. Pages still commit one at a
-// time, in order, one transaction each, and a page is settled by stats
-// read after its own search answered, so neither the order nor the settle
-// rule changes (docs/DESIGN.md §2). On any error (settle, commit, lease
+// The search of the next page runs while a page is committed, one page
+// ahead and never more: its search_after is the page's last seq no, known
+// as soon as the page's hits are in. A page that is not its window's last
+// is settled as soon as its own search answered (readAhead), so its stats
+// are read after its search, as the settle rule wants, while its
+// predecessor may still be committing. Pages still commit one at a time, in
+// order, one transaction each: neither the order nor the settle rule
+// changes (docs/DESIGN.md §2). On any error (search, settle, commit, lease
 // lost, ctx ended) the page read ahead is dropped uncommitted: its search
-// is cancelled and waited for before readShard returns. A shard read
-// therefore holds at most two pages' responses and hits (two es.Page
-// buffers, alternating, so a page being committed is never overwritten)
-// and one page's events: about 2 × BatchSize hits, their sources included.
-// It runs in one ReadConcurrency slot.
+// and settle check are cancelled and waited for before readShard returns.
+// A shard read therefore holds at most two pages' responses and hits (two
+// es.Page buffers, alternating, so a page being committed is never
+// overwritten) and one page's events: about 2 × BatchSize hits, their
+// sources included. It runs in one ReadConcurrency slot.
 func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard int, cp, gcp int64, primary es.ShardCheckpoints) error {
 	ctx, cancel := context.WithCancel(ctx)
-	var ahead *search // the next page's search, in flight or answered
+	var running sync.WaitGroup // the goroutines of readAhead
 	defer func() {
 		// Drop the page read ahead, if any: never committed, its
 		// goroutine finished before the shard read ends.
 		cancel()
-		if ahead != nil {
-			_ = ahead.wait()
-		}
+		running.Wait()
 	}()
 	// The store keeps none of the events, hits or responses after Commit
 	// (the delivered ids it remembers are strings of their own): the
 	// buffers are reused, page after page.
 	var bufs [2]es.Page
 	var events []redisx.Event
-	ask := func(after int64, buf *es.Page) *search {
-		return searchPage(ctx, cur.ec, es.ShardPage{Index: name, Shard: shard, After: after, UpTo: gcp, Size: r.cfg.BatchSize}, buf)
+	ask := func(after int64, buf *es.Page) *readAhead {
+		return r.readAhead(ctx, &running, cur.ec, es.ShardPage{Index: name, Shard: shard, After: after, UpTo: gcp, Size: r.cfg.BatchSize}, primary, buf)
 	}
 	after := cp
-	ahead = ask(after, &bufs[0])
+	next := ask(after, &bufs[0])
 	for i := 0; ; i ^= 1 {
-		s := ahead
-		ahead = nil
-		if err := s.wait(); err != nil {
+		ra := next
+		next = nil
+		if err := ra.searchErr(); err != nil {
 			return err
 		}
 		hits := bufs[i].Hits
-		pg := &page{shard: shard, after: after, next: gcp, hits: hits, primary: primary, target: -1, since: s.at}
-		if len(hits) == r.cfg.BatchSize && hits[len(hits)-1].SeqNo < gcp {
-			pg.next = hits[len(hits)-1].SeqNo
-		}
+		pg := &page{shard: shard, after: after, next: pageEnd(hits, r.cfg.BatchSize, gcp), hits: hits, primary: primary, target: -1, since: ra.at}
 		if pg.next == gcp && r.hold(pg.size()) {
 			// bufs[i] is this page's from now on: no later page reuses it.
 			cur.mu.Lock()
@@ -545,12 +542,18 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 			return nil
 		} // else the holds are full: settle it now
 		if pg.next < gcp {
-			// The next page is searched while this one settles and
+			// The next page is searched (and settled) while this one
 			// commits, into the other buffer.
-			ahead = ask(pg.next, &bufs[i^1])
+			next = ask(pg.next, &bufs[i^1])
 		}
-		if err := r.settle(ctx, cur.ec, name, shard, primary); err != nil {
+		if err := ra.settleErr(); err != nil {
 			return err
+		}
+		if ra.last {
+			// Not settled ahead: the last page is held when it can be.
+			if err := r.settle(ctx, cur.ec, name, shard, primary); err != nil {
+				return err
+			}
 		}
 		if err := r.commitPage(ctx, name, cur, pg, &events); err != nil {
 			return err
@@ -562,29 +565,58 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 	}
 }
 
-// search is one page's search, run in a goroutine of its own (searchPage).
-type search struct {
-	done chan struct{}
-	err  error
-	at   time.Time // when it answered
+// pageEnd is the checkpoint a page of hits (asked for size hits of a
+// window up to gcp) leaves its shard at: its last hit's seq no when the
+// page is full and ends below gcp (more may follow), else gcp (the window's
+// last page).
+func pageEnd(hits []es.Hit, size int, gcp int64) int64 {
+	if len(hits) == size && hits[len(hits)-1].SeqNo < gcp {
+		return hits[len(hits)-1].SeqNo
+	}
+	return gcp
 }
 
-// searchPage starts the search of page p into pg. The caller must not touch
-// pg until wait returns.
-func searchPage(ctx context.Context, ec *es.Client, p es.ShardPage, pg *es.Page) *search {
-	s := &search{done: make(chan struct{})}
+// readAhead is one page's search and, unless the page is its window's
+// last, its settle check, run in a goroutine of their own (Relay.readAhead).
+type readAhead struct {
+	searched, settled    chan struct{}
+	errSearch, errSettle error
+	at                   time.Time // when the search answered
+	last                 bool      // the window's last page: not settled here
+}
+
+// readAhead starts the search of page p into pg and, once it answered and
+// unless the page is the window's last, the page's settle check (the
+// primary's gcp covers what the search could see, on primary). The caller
+// must not touch pg before searchErr returns; running counts the goroutine.
+func (r *Relay) readAhead(ctx context.Context, running *sync.WaitGroup, ec *es.Client, p es.ShardPage, primary es.ShardCheckpoints, pg *es.Page) *readAhead {
+	ra := &readAhead{searched: make(chan struct{}), settled: make(chan struct{})}
+	running.Add(1)
 	go func() {
-		defer close(s.done)
-		s.err = ec.ReadPage(ctx, p, pg)
-		s.at = time.Now()
+		defer running.Done()
+		defer close(ra.settled)
+		ra.errSearch = ec.ReadPage(ctx, p, pg)
+		ra.at = time.Now()
+		ra.last = ra.errSearch == nil && pageEnd(pg.Hits, p.Size, p.UpTo) == p.UpTo
+		close(ra.searched)
+		if ra.errSearch == nil && !ra.last {
+			ra.errSettle = r.settle(ctx, ec, p.Index, p.Shard, primary)
+		}
 	}()
-	return s
+	return ra
 }
 
-// wait returns once the search answered, with its error.
-func (s *search) wait() error {
-	<-s.done
-	return s.err
+// searchErr returns once the search answered, with its error.
+func (ra *readAhead) searchErr() error {
+	<-ra.searched
+	return ra.errSearch
+}
+
+// settleErr returns once the settle check is done (at once for the last
+// page, which is not settled here), with its error.
+func (ra *readAhead) settleErr() error {
+	<-ra.settled
+	return ra.errSettle
 }
 
 // commitPage commits a settled page: its events, delivered ids, gap count

@@ -79,6 +79,7 @@ func TestRelay_ReadShard_ReadAhead(t *testing.T) {
 			cur := &cursor{target: "idx"}
 
 			err = r.round(ctx, "idx", cur)
+			cancelled := pages.cancelled.Load() // before the round returned
 			if n := searchesRunning(); n != 0 {
 				t.Errorf("%d searches of readShard still running after the round", n)
 			}
@@ -111,7 +112,7 @@ func TestRelay_ReadShard_ReadAhead(t *testing.T) {
 				if len(cur.pending) != 0 || r.held != 0 {
 					t.Errorf("after the failed commit: pages pending %v, %d hits held; want none", sortedShards(cur.pending), r.held)
 				}
-				if tt.block && !pages.cancelled.Load() {
+				if tt.block && !cancelled {
 					t.Errorf("the search of page 3 was not cancelled before the round returned")
 				}
 				// What the loop does after an error: the lease back, the
@@ -257,16 +258,22 @@ func (c *commitWatch) holds(cmds []redis.Cmder) bool {
 	return false
 }
 
-// searchesRunning counts the goroutines of searchPage alive now.
+// searchesRunning counts the goroutines of Relay.readAhead alive, giving
+// them a second to exit: one that finished its work (readShard waited for
+// it) may still be on its way out.
 func searchesRunning() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(5 * time.Millisecond) {
+		buf := make([]byte, 1<<20)
+		for {
+			n := runtime.Stack(buf, true)
+			if n < len(buf) {
+				buf = buf[:n]
+				break
+			}
+			buf = make([]byte, 2*len(buf))
 		}
-		buf = make([]byte, 2*len(buf))
+		if n := strings.Count(string(buf), "relay.(*Relay).readAhead.func"); n == 0 || time.Now().After(deadline) {
+			return n
+		}
 	}
-	return strings.Count(string(buf), "relay.searchPage.func")
 }
