@@ -32,7 +32,8 @@ import (
 // checkpoint stays at page 1's, a search still in flight is cancelled and
 // waited for before the round returns (no goroutine of it is left), and
 // the next round reads the shard again from its checkpoint, each document
-// once.
+// once. A page read ahead whose settle check fails (its stats answer 503)
+// is not committed either, while its predecessor is.
 func TestRelay_ReadShard_ReadAhead(t *testing.T) {
 	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"}
 	var all []string
@@ -46,10 +47,15 @@ func TestRelay_ReadShard_ReadAhead(t *testing.T) {
 		block bool
 		// fail: the commit of page 2 fails (the lease moves).
 		fail bool
+		// failSettle: the settle check of page 3 fails (the stats read
+		// after its search answers 503; its answer comes 200 ms late, so
+		// page 2's stats are read before).
+		failSettle bool
 	}{
 		{name: "the next page answers while the page commits"},
 		{name: "the commit fails after the next page answered", fail: true},
 		{name: "the commit fails while the next page is searched", block: true, fail: true},
+		{name: "the next page's settle check fails while the page commits", failSettle: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -57,7 +63,7 @@ func TestRelay_ReadShard_ReadAhead(t *testing.T) {
 			e := newRoundEnv(t, "ahead")
 			e.create(t, "idx", 1)
 			e.write(t, "idx", ids...)
-			pages := &pageWatch{next: http.DefaultTransport, arrived: make(chan struct{}), answered: make(chan struct{}), after: 3, block: tt.block}
+			pages := &pageWatch{next: http.DefaultTransport, arrived: make(chan struct{}), answered: make(chan struct{}), after: 3, block: tt.block, failStats: tt.failSettle}
 			client, err := es.New(es.Config{URLs: []string{e.url}, Transport: pages})
 			if err != nil {
 				t.Fatal(err)
@@ -90,7 +96,7 @@ func TestRelay_ReadShard_ReadAhead(t *testing.T) {
 				t.Errorf("page 3 was not searched while page 2 committed")
 			}
 			cp, _ := e.shardState(t, cur.uuid, 0)
-			if !tt.fail {
+			if !tt.fail && !tt.failSettle {
 				if err != nil {
 					t.Fatalf("round: %v", err)
 				}
@@ -103,14 +109,22 @@ func TestRelay_ReadShard_ReadAhead(t *testing.T) {
 					}
 				}
 			} else {
-				if !errors.Is(err, redisx.ErrLeaseLost) {
-					t.Fatalf("round: %v, want the commit's lease lost", err)
+				// Committed: page 1, and page 2 unless its commit failed.
+				wantCP := int64(3)
+				if tt.fail {
+					wantCP = 1
 				}
-				if got, want := e.upserted(t), all[:2]; !slices.Equal(got, want) || cp != 1 {
-					t.Errorf("after the failed commit: upserts %v, checkpoint %d; want %v, 1 (page 1 only)", got, cp, want)
+				switch {
+				case tt.fail && !errors.Is(err, redisx.ErrLeaseLost):
+					t.Fatalf("round: %v, want the commit's lease lost", err)
+				case tt.failSettle && (err == nil || !strings.Contains(err.Error(), "503")):
+					t.Fatalf("round: %v, want the settle check's stats answering 503", err)
+				}
+				if got, want := e.upserted(t), all[:wantCP+1]; !slices.Equal(got, want) || cp != wantCP {
+					t.Errorf("after the failure: upserts %v, checkpoint %d; want %v, %d", got, cp, want, wantCP)
 				}
 				if len(cur.pending) != 0 || r.held != 0 {
-					t.Errorf("after the failed commit: pages pending %v, %d hits held; want none", sortedShards(cur.pending), r.held)
+					t.Errorf("after the failure: pages pending %v, %d hits held; want none", sortedShards(cur.pending), r.held)
 				}
 				if tt.block && !cancelled {
 					t.Errorf("the search of page 3 was not cancelled before the round returned")
@@ -148,18 +162,26 @@ func TestRelay_ReadShard_ReadAhead(t *testing.T) {
 // after seq no after: it closes arrived when one is sent and answered once
 // its response is read in full. With block, that search is held until its
 // request is cancelled, and answers 100 ms later (once; cancelled then
-// reports it).
+// reports it). With failStats, that search answers 200 ms late and the
+// first _stats request after it answers 503.
 type pageWatch struct {
 	next              http.RoundTripper
 	after             int64
-	block             bool
+	block, failStats  bool
+	statsArmed        atomic.Bool
 	arrived, answered chan struct{}
 	once, answerOnce  sync.Once
 	blocked           atomic.Bool
+	answeredLate      atomic.Bool
 	cancelled         atomic.Bool
 }
 
 func (p *pageWatch) RoundTrip(req *http.Request) (*http.Response, error) {
+	if strings.Contains(req.URL.Path, "/_stats") && p.statsArmed.CompareAndSwap(true, false) {
+		return &http.Response{StatusCode: http.StatusServiceUnavailable, Status: "503 Service Unavailable", Request: req,
+			Header: http.Header{"Content-Type": []string{"application/json"}},
+			Body:   io.NopCloser(strings.NewReader(`{"error":{"type":"unavailable","reason":"injected by the test"},"status":503}`))}, nil
+	}
 	if !strings.HasSuffix(req.URL.Path, "/_search") || req.Body == nil {
 		return p.next.RoundTrip(req)
 	}
@@ -197,6 +219,10 @@ func (p *pageWatch) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(raw))
+	if p.failStats && !p.answeredLate.Swap(true) {
+		time.Sleep(200 * time.Millisecond)
+		p.statsArmed.Store(true)
+	}
 	p.answerOnce.Do(func() { close(p.answered) })
 	return resp, nil
 }
