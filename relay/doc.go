@@ -3,7 +3,8 @@
 // per-shard searches of the seq nos between the shard's checkpoint and its
 // global checkpoint, sorted by _seq_no; each page's events, delivered ids,
 // gap count and checkpoint are committed in one transaction by
-// checkpoint.Store, fenced by the lease. With a deletes.Scanner it runs the
+// checkpoint.Store, fenced by the lease, in order, while the shard's next
+// page is already searched (one page ahead). With a deletes.Scanner it runs the
 // due delete scans between the reads of an index.
 //
 // Relay.Run blocks until its context ends: it waits as a standby while

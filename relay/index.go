@@ -489,24 +489,50 @@ type page struct {
 // window, if a hold is free, is left pending for the next round's stats to
 // settle (settlePending): in the steady state a page costs no stats
 // request of its own.
+//
+// The search of the next page runs while a page is committed, one page
+// ahead and never more: its search_after is the page's last seq no, known
+// as soon as the page's hits are in. A page that is not its window's last
+// is settled as soon as its own search answered (readAhead), so its stats
+// are read after its search, as the settle rule wants, while its
+// predecessor may still be committing. Pages still commit one at a time, in
+// order, one transaction each: neither the order nor the settle rule
+// changes (docs/DESIGN.md §2). On any error (search, settle, commit, lease
+// lost, ctx ended) the page read ahead is dropped uncommitted: its search
+// and settle check are cancelled and waited for before readShard returns.
+// A shard read therefore holds at most two pages' responses and hits (two
+// es.Page buffers, alternating, so a page being committed is never
+// overwritten) and one page's events: about 2 × BatchSize hits, their
+// sources included. It runs in one ReadConcurrency slot.
 func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard int, cp, gcp int64, primary es.ShardCheckpoints) error {
-	after := cp
-	// One page's response, hits and events at a time, their memory
-	// reused by the next page: the store keeps none of them after Commit
-	// (the delivered ids it remembers are strings of their own).
-	var resp es.Page
+	ctx, cancel := context.WithCancel(ctx)
+	var running sync.WaitGroup // the goroutines of readAhead
+	defer func() {
+		// Drop the page read ahead, if any: never committed, its
+		// goroutine finished before the shard read ends.
+		cancel()
+		running.Wait()
+	}()
+	// The store keeps none of the events, hits or responses after Commit
+	// (the delivered ids it remembers are strings of their own): the
+	// buffers are reused, page after page.
+	var bufs [2]es.Page
 	var events []redisx.Event
-	for {
-		if err := cur.ec.ReadPage(ctx, es.ShardPage{Index: name, Shard: shard, After: after, UpTo: gcp, Size: r.cfg.BatchSize}, &resp); err != nil {
+	ask := func(after int64, buf *es.Page) *readAhead {
+		return r.readAhead(ctx, &running, cur.ec, es.ShardPage{Index: name, Shard: shard, After: after, UpTo: gcp, Size: r.cfg.BatchSize}, primary, buf)
+	}
+	after := cp
+	next := ask(after, &bufs[0])
+	for i := 0; ; i ^= 1 {
+		ra := next
+		next = nil
+		if err := ra.searchErr(); err != nil {
 			return err
 		}
-		hits := resp.Hits
-		pg := &page{shard: shard, after: after, next: gcp, hits: hits, primary: primary, target: -1, since: time.Now()}
-		if len(hits) == r.cfg.BatchSize && hits[len(hits)-1].SeqNo < gcp {
-			pg.next = hits[len(hits)-1].SeqNo
-		}
+		hits := bufs[i].Hits
+		pg := &page{shard: shard, after: after, next: pageEnd(hits, r.cfg.BatchSize, gcp), hits: hits, primary: primary, target: -1, since: ra.at}
 		if pg.next == gcp && r.hold(pg.size()) {
-			// resp is this page's from now on: no later page reuses it.
+			// bufs[i] is this page's from now on: no later page reuses it.
 			cur.mu.Lock()
 			if cur.pending == nil {
 				cur.pending = map[int]*page{}
@@ -515,8 +541,19 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 			cur.mu.Unlock()
 			return nil
 		} // else the holds are full: settle it now
-		if err := r.settle(ctx, cur.ec, name, shard, primary); err != nil {
+		if pg.next < gcp {
+			// The next page is searched (and settled) while this one
+			// commits, into the other buffer.
+			next = ask(pg.next, &bufs[i^1])
+		}
+		if err := ra.settleErr(); err != nil {
 			return err
+		}
+		if ra.last {
+			// Not settled ahead: the last page is held when it can be.
+			if err := r.settle(ctx, cur.ec, name, shard, primary); err != nil {
+				return err
+			}
 		}
 		if err := r.commitPage(ctx, name, cur, pg, &events); err != nil {
 			return err
@@ -526,6 +563,60 @@ func (r *Relay) readShard(ctx context.Context, name string, cur *cursor, shard i
 		}
 		after = pg.next
 	}
+}
+
+// pageEnd is the checkpoint a page of hits (asked for size hits of a
+// window up to gcp) leaves its shard at: its last hit's seq no when the
+// page is full and ends below gcp (more may follow), else gcp (the window's
+// last page).
+func pageEnd(hits []es.Hit, size int, gcp int64) int64 {
+	if len(hits) == size && hits[len(hits)-1].SeqNo < gcp {
+		return hits[len(hits)-1].SeqNo
+	}
+	return gcp
+}
+
+// readAhead is one page's search and, unless the page is its window's
+// last, its settle check, run in a goroutine of their own (Relay.readAhead).
+type readAhead struct {
+	searched, settled    chan struct{}
+	errSearch, errSettle error
+	at                   time.Time // when the search answered
+	last                 bool      // the window's last page: not settled here
+}
+
+// readAhead starts the search of page p into pg and, once it answered and
+// unless the page is the window's last, the page's settle check (the
+// primary's gcp covers what the search could see, on primary). The caller
+// must not touch pg before searchErr returns; running counts the goroutine.
+func (r *Relay) readAhead(ctx context.Context, running *sync.WaitGroup, ec *es.Client, p es.ShardPage, primary es.ShardCheckpoints, pg *es.Page) *readAhead {
+	ra := &readAhead{searched: make(chan struct{}), settled: make(chan struct{})}
+	running.Add(1)
+	go func() {
+		defer running.Done()
+		defer close(ra.settled)
+		ra.errSearch = ec.ReadPage(ctx, p, pg)
+		ra.at = time.Now()
+		ra.last = ra.errSearch == nil && pageEnd(pg.Hits, p.Size, p.UpTo) == p.UpTo
+		close(ra.searched)
+		if ra.errSearch == nil && !ra.last {
+			ra.errSettle = r.settle(ctx, ec, p.Index, p.Shard, primary)
+		}
+	}()
+	return ra
+}
+
+// searchErr returns once the search answered, with its error.
+func (ra *readAhead) searchErr() error {
+	<-ra.searched
+	return ra.errSearch
+}
+
+// settleErr returns once the settle check is done (at once for the last
+// page, which is not settled here), with its error.
+func (ra *readAhead) settleErr() error {
+	<-ra.settled
+	return ra.errSettle
 }
 
 // commitPage commits a settled page: its events, delivered ids, gap count

@@ -106,7 +106,8 @@ type Config struct {
 	PollInterval time.Duration
 	// ReadConcurrency is how many shards are read at once, across and
 	// within indices (each shard's pages in order, each page committed
-	// atomically). Default DefaultReadConcurrency; 1 reads one shard at a
+	// atomically; a shard read searches its next page while a page
+	// commits). Default DefaultReadConcurrency; 1 reads one shard at a
 	// time.
 	ReadConcurrency int
 	// StatsWindow is how long a round's shard-stats request waits for the
@@ -115,7 +116,10 @@ type Config struct {
 	// negative: each index asks alone.
 	StatsWindow time.Duration
 	// BatchSize is the search page size, and so the most events per commit.
-	// Default 1000.
+	// Memory: a shard read holds at most two pages (the one committing and
+	// the next, searched ahead) and one page's events; with the pages held
+	// for their settle check, the relay holds at most 3 × ReadConcurrency
+	// pages of BatchSize hits, their sources included. Default 1000.
 	BatchSize int
 	// From is where shards without a stored checkpoint start: FromBeginning
 	// (every existing document once) or FromNow (the current global

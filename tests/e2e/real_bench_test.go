@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/es-changefeed/es-changefeed/es"
 	"github.com/es-changefeed/es-changefeed/relay"
 	"github.com/es-changefeed/es-changefeed/tests/engines"
 	"github.com/es-changefeed/es-changefeed/tests/redistest"
@@ -135,6 +137,24 @@ func heapPeak() (stop func() uint64) {
 	return func() uint64 { close(done); return <-out }
 }
 
+// loadDocs creates index ix with shards shards and no replica and loads
+// docs documents (~110 B sources, ids d0, d1, …) in bulks of 5,000, then
+// refreshes it.
+func loadDocs(tb testing.TB, c *realCluster, ix string, shards, docs int) {
+	tb.Helper()
+	createIndex(tb, c, ix, shards, 0)
+	for i := 0; i < docs; i += 5000 {
+		var body strings.Builder
+		for j := i; j < min(i+5000, docs); j++ {
+			fmt.Fprintf(&body, "{\"index\":{\"_index\":%q,\"_id\":\"d%d\"}}\n{\"n\":%d,\"customer\":\"customer-%d\",\"note\":\"a note of moderate length to make the source realistic\"}\n", ix, j, j, j%97)
+		}
+		if out := mustDo(tb, "POST", c.URL()+"/_bulk", body.String()); strings.Contains(string(out), `"errors":true`) {
+			tb.Fatalf("bulk: %.500s", out)
+		}
+	}
+	mustDo(tb, "POST", c.URL()+"/"+ix+"/_refresh", "")
+}
+
 // benchRelayVsLoop loads 100,000 documents (~110 B sources) in 4 shards
 // and, per iteration, reads them all into a fresh stream twice: with the
 // loop a hand-written at-least-once relay would run (per shard, search by
@@ -148,17 +168,7 @@ func heapPeak() (stop func() uint64) {
 func benchRelayVsLoop(b *testing.B, c *realCluster, page int) {
 	const docs, shards = 100000, 4
 	ix := c.Index("docs")
-	createIndex(b, c, ix, shards, 0)
-	for i := 0; i < docs; i += 5000 {
-		var body strings.Builder
-		for j := i; j < i+5000; j++ {
-			fmt.Fprintf(&body, "{\"index\":{\"_index\":%q,\"_id\":\"d%d\"}}\n{\"n\":%d,\"customer\":\"customer-%d\",\"note\":\"a note of moderate length to make the source realistic\"}\n", ix, j, j, j%97)
-		}
-		if out := mustDo(b, "POST", c.URL()+"/_bulk", body.String()); strings.Contains(string(out), `"errors":true`) {
-			b.Fatalf("bulk: %.500s", out)
-		}
-	}
-	mustDo(b, "POST", c.URL()+"/"+ix+"/_refresh", "")
+	loadDocs(b, c, ix, shards, docs)
 	uuid := indexUUID(b, c, ix)
 	gcps := inspect(c).shards(b, ix)
 	srv := redistest.Start(b)
@@ -262,4 +272,143 @@ func benchRelayVsLoop(b *testing.B, c *realCluster, page int) {
 		rdb.Del(ctx, fmt.Sprintf("loop-%d", i))
 	}
 	b.Logf("%d documents in %d shards, pages of %d", docs, shards, page)
+}
+
+// BenchmarkRelay_ShardRead_RealEngine measures how fast the relay reads
+// shards from their beginning against a plain reader of the same shards,
+// in the same run, on a real node (the engine of ESCF_TEST_ENGINE,
+// default opensearch-2): see benchShardRead. Run with -benchtime 3x.
+func BenchmarkRelay_ShardRead_RealEngine(b *testing.B) {
+	name := os.Getenv("ESCF_TEST_ENGINE")
+	if name == "" {
+		name = engines.DefaultEngine
+	}
+	eng := engines.StartTB(b, engines.Config{Engine: name, JavaOpts: []string{"-XX:+UseG1GC"}})
+	c := &realCluster{realEnv: &realEnv{url: eng.URL(), client: &http.Client{Timeout: time.Minute}, engine: eng}, prefix: "bench-"}
+	benchShardRead(b, c)
+	b.Logf("%s", eng.Engine())
+}
+
+// BenchmarkRelay_ShardRead_Emulator is BenchmarkRelay_ShardRead_RealEngine
+// on the emulator, run as a process of its own.
+func BenchmarkRelay_ShardRead_Emulator(b *testing.B) {
+	c := &realCluster{realEnv: &realEnv{url: esemuProcess(b), client: &http.Client{Timeout: time.Minute}}, prefix: "bench-"}
+	benchShardRead(b, c)
+}
+
+// benchShardRead loads 200,000 documents (~110 B sources) into an index of
+// one shard and into one of 4 shards, then, per iteration of its
+// sub-benchmarks shards=1 and shards=4, reads the index from its beginning
+// three times: with the plain reader, with the relay (in-process, at its
+// defaults: pages of 1,000, 8 shards at once; from its start: lease,
+// resolve, settings, refresh, then the pages, their settle checks and
+// commits, into a fresh stream), and with the plain reader again. The
+// plain reader is what a search alone can deliver: per shard, the relay's
+// own requests (es.Client.ReadPage: sort by _seq_no, search_after, pages
+// of 1,000, the hits decoded) one after the other, and nothing else (no
+// refresh, no settle check, no Redis); with 4 shards it reads them
+// concurrently, one reader per shard. It logs each iteration's rates and
+// reports, over the iterations, the documents/s of each and the relay's
+// against the plain reads' (each iteration's two plain reads averaged).
+func benchShardRead(b *testing.B, c *realCluster) {
+	const docs, page = 200000, 1000
+	type index struct {
+		name string
+		gcps []int64
+	}
+	indices := map[int]index{}
+	for _, shards := range []int{1, 4} {
+		ix := c.Index(fmt.Sprintf("shardread-%d", shards))
+		loadDocs(b, c, ix, shards, docs)
+		var gcps []int64
+		for _, sh := range inspect(c).shards(b, ix) {
+			gcps = append(gcps, sh.gcp)
+		}
+		indices[shards] = index{ix, gcps}
+	}
+	client, err := es.New(inspect(c).esConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := redistest.Start(b)
+	rdb := srv.Client(b)
+	ctx := context.Background()
+	// plain reads every shard of ix, each from its beginning to its gcp.
+	plain := func(b *testing.B, ix index) time.Duration {
+		start := time.Now()
+		counts := make([]int, len(ix.gcps))
+		errs := make([]error, len(ix.gcps))
+		var wg sync.WaitGroup
+		for n, gcp := range ix.gcps {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var pg es.Page
+				for after := int64(-1); after < gcp; {
+					if err := client.ReadPage(ctx, es.ShardPage{Index: ix.name, Shard: n, After: after, UpTo: gcp, Size: page}, &pg); err != nil {
+						errs[n] = err
+						return
+					}
+					counts[n] += len(pg.Hits)
+					if len(pg.Hits) < page {
+						break
+					}
+					after = pg.Hits[len(pg.Hits)-1].SeqNo
+				}
+			}()
+		}
+		wg.Wait()
+		d := time.Since(start)
+		total := 0
+		for n := range counts {
+			if errs[n] != nil {
+				b.Fatal(errs[n])
+			}
+			total += counts[n]
+		}
+		if total != docs {
+			b.Fatalf("the plain reader read %d documents, want %d", total, docs)
+		}
+		return d
+	}
+	for _, shards := range []int{1, 4} {
+		b.Run(fmt.Sprintf("shards=%d", shards), func(b *testing.B) {
+			ix := indices[shards]
+			plain(b, ix) // warm the node's caches and code for both
+			b.ResetTimer()
+			var plains, relays time.Duration // sums over the iterations
+			for i := 0; i < b.N; i++ {
+				before := plain(b, ix)
+				start := time.Now()
+				f := startRelayLease(b, c, srv.URL(), fmt.Sprintf("shardread-%d-%d", shards, i), []string{ix.name}, 30*time.Second, nil,
+					func(cfg *relay.Config) {
+						cfg.BatchSize, cfg.PollInterval = relay.DefaultBatchSize, relay.DefaultPollInterval
+						cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+					})
+				for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(2 * time.Millisecond) {
+					if n, _ := rdb.XLen(ctx, f.keys.Events()).Result(); n >= docs {
+						break
+					}
+					if time.Now().After(deadline) {
+						b.Fatal("the relay did not deliver every document in 5 minutes")
+					}
+				}
+				rel := time.Since(start)
+				f.halt()
+				after := plain(b, ix)
+				base := (before + after) / 2
+				plains, relays = plains+base, relays+rel
+				b.Logf("iteration %d: plain %.0f and %.0f docs/s, relay %.0f docs/s, ratio %.2f", i,
+					docs/before.Seconds(), docs/after.Seconds(), docs/rel.Seconds(), base.Seconds()/rel.Seconds())
+				if err := rdb.FlushDB(ctx).Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			n := float64(b.N)
+			b.ReportMetric(n*docs/plains.Seconds(), "plain_docs/s")
+			b.ReportMetric(n*docs/relays.Seconds(), "relay_docs/s")
+			b.ReportMetric(plains.Seconds()/relays.Seconds(), "ratio_relay/plain")
+		})
+	}
+	b.Logf("%d documents in 1 and in 4 shards, pages of %d", docs, page)
 }
