@@ -100,20 +100,28 @@ func TestGather_StaleLagOfAGroupThatReadEverything(t *testing.T) {
 	}
 }
 
-// status shows each shard's delivered ids and ranges, and the ids a shard
-// still holds in the layout before ranges, from the feed's keys.
-func TestGather_DeliveredIDs(t *testing.T) {
-	rdb := redistest.Start(t).Client(t)
-	ctx := context.Background()
-	k := redisx.NewKeys("dlv")
+// leasedStore is the feed's checkpoint store, its lease held, to commit
+// the state status reads.
+func leasedStore(t *testing.T, rdb *redis.Client, k redisx.Keys) *checkpoint.Store {
+	t.Helper()
 	lease, _ := redisx.NewLease(redisx.LeaseConfig{Client: rdb, Key: k.Lease(), TTL: time.Minute})
-	if ok, err := lease.TryAcquire(ctx); !ok || err != nil {
+	if ok, err := lease.TryAcquire(context.Background()); !ok || err != nil {
 		t.Fatalf("lease: %v %v", ok, err)
 	}
 	store, err := checkpoint.New(checkpoint.Config{Client: rdb, Keys: k, Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return store
+}
+
+// status shows each shard's delivered ids and ranges, and the ids a shard
+// still holds in the layout before ranges, from the feed's keys.
+func TestGather_DeliveredIDs(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	k := redisx.NewKeys("dlv")
+	store := leasedStore(t, rdb, k)
 	sh0 := checkpoint.ShardID{IndexUUID: "u", Shard: 0}
 	if err := store.Commit(ctx, checkpoint.Batch{
 		Indices:     map[string]checkpoint.IndexInfo{"u": {Name: "i", Target: "i", Shards: 2}},
@@ -152,14 +160,7 @@ func TestGather_StatsRefused(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	ctx := context.Background()
 	k := redisx.NewKeys("refused")
-	lease, _ := redisx.NewLease(redisx.LeaseConfig{Client: rdb, Key: k.Lease(), TTL: time.Minute})
-	if ok, err := lease.TryAcquire(ctx); !ok || err != nil {
-		t.Fatalf("lease: %v %v", ok, err)
-	}
-	store, err := checkpoint.New(checkpoint.Config{Client: rdb, Keys: k, Lease: lease})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := leasedStore(t, rdb, k)
 	sh0 := checkpoint.ShardID{IndexUUID: "u", Shard: 0}
 	if err := store.Commit(ctx, checkpoint.Batch{
 		Indices:     map[string]checkpoint.IndexInfo{"u": {Name: "orders", Target: "orders", Shards: 1}},

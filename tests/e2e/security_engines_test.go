@@ -61,6 +61,20 @@ func adminDo(tb testing.TB, c *engines.Cluster, method, path, body string) []byt
 	return b
 }
 
+// secureIndex creates the index "secure" (2 shards) as the admin with 5
+// documents, refreshed, and returns them by id.
+func secureIndex(tb testing.TB, c *engines.Cluster) map[string]string {
+	tb.Helper()
+	adminDo(tb, c, "PUT", "/secure", `{"settings":{"number_of_shards":2,"number_of_replicas":0}}`)
+	want := map[string]string{}
+	for i := 0; i < 5; i++ {
+		id, src := fmt.Sprintf("doc-%d", i), fmt.Sprintf(`{"n":%d}`, i)
+		adminDo(tb, c, "PUT", "/secure/_doc/"+id+"?refresh=true", src)
+		want[id] = src
+	}
+	return want
+}
+
 // adminStatus sends a request without a body as the admin and returns
 // the status, whatever it is.
 func adminStatus(tb testing.TB, c *engines.Cluster, method, path string) int {
@@ -93,13 +107,7 @@ func adminStatus(tb testing.TB, c *engines.Cluster, method, path string) int {
 func TestCLI_SecuredRealEngine(t *testing.T) {
 	c, dir := securedEngine(t)
 	sec := func(name string) string { return filepath.Join(dir, name) }
-	adminDo(t, c, "PUT", "/secure", `{"settings":{"number_of_shards":2,"number_of_replicas":0}}`)
-	want := map[string]string{}
-	for i := 0; i < 5; i++ {
-		id, src := fmt.Sprintf("doc-%d", i), fmt.Sprintf(`{"n":%d}`, i)
-		adminDo(t, c, "PUT", "/secure/_doc/"+id+"?refresh=true", src)
-		want[id] = src
-	}
+	want := secureIndex(t, c)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	run := func(feedName string, extra ...string) []string {

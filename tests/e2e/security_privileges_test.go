@@ -57,13 +57,7 @@ func TestSecurity_LeastPrivileges(t *testing.T) {
 	ctx := context.Background()
 	product := c.Engine().Product
 	sec := func(name string) string { return filepath.Join(dir, name) }
-	adminDo(t, c, "PUT", "/secure", `{"settings":{"number_of_shards":2,"number_of_replicas":0}}`)
-	want := map[string]string{}
-	for i := 0; i < 5; i++ {
-		id, src := fmt.Sprintf("doc-%d", i), fmt.Sprintf(`{"n":%d}`, i)
-		adminDo(t, c, "PUT", "/secure/_doc/"+id+"?refresh=true", src)
-		want[id] = src
-	}
+	want := secureIndex(t, c)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	es := []string{"--es", c.URL(), "--es-ca-cert", sec(engines.FileCA)}
