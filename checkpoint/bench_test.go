@@ -36,10 +36,13 @@ func BenchmarkCommit(b *testing.B) {
 	for _, batch := range []int{100, 500, 1000} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
 			evs := benchEvents(batch)
+			// As the relay delivers a shard's pages: each commit records
+			// its documents at the next seq nos, in new ranges.
 			ids := make([]checkpoint.Doc, batch)
 			for i, e := range evs {
 				ids[i] = checkpoint.Doc{ID: e.ID}
 			}
+			var next int64
 			st, lease, srv := newStore(b, "bench", time.Minute)
 			ctx := context.Background()
 			if ok, err := lease.TryAcquire(ctx); err != nil || !ok {
@@ -61,6 +64,10 @@ func BenchmarkCommit(b *testing.B) {
 				}
 			}
 			commit := func(i int) {
+				for j := range ids {
+					ids[j].SeqNo = next
+					next++
+				}
 				err := st.Commit(ctx, checkpoint.Batch{
 					Events:      evs,
 					Checkpoints: map[checkpoint.ShardID]int64{shard: int64(i)},
@@ -86,8 +93,10 @@ func BenchmarkCommit(b *testing.B) {
 					raw()
 					commitTime, rawTime = commitTime+t1.Sub(t0), rawTime+time.Since(t1)
 				}
-				if i%20 == 19 { // keep both streams small, outside the timings
+				if i%20 == 19 { // keep both streams and the ranges small, outside the timings
 					rdb.Del(ctx, rawStream, keys.Events())
+					rk, _ := rdb.Keys(ctx, keys.DeliveredRangePrefix(shard.IndexUUID, shard.Shard)+"*").Result()
+					rdb.Del(ctx, append(rk, keys.DeliveredCounts(shard.IndexUUID, shard.Shard))...)
 				}
 			}
 			events := float64(batch * b.N)

@@ -424,3 +424,68 @@ func TestStore_Index(t *testing.T) {
 		t.Errorf("Load: %+v", all.Indices)
 	}
 }
+
+// TestCommit_RecordsRanges: the delivered documents of commits land in
+// their ranges' hashes (field id → offset, then the routing), each
+// range's count is its HLEN and total their sum, against a model: pages
+// spanning several ranges, documents out of seq-no order, the same
+// document again in its range (an update within it: overwritten, not
+// counted), moved to a later range (the old entry stays), and twice in
+// one batch.
+func TestCommit_RecordsRanges(t *testing.T) {
+	ctx := context.Background()
+	st, lease, srv := newStore(t, "ranges", 10*time.Second)
+	if ok, err := lease.TryAcquire(ctx); err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	rdb, keys := srv.Client(t), redisx.NewKeys("ranges")
+	sh := checkpoint.ShardID{IndexUUID: "U", Shard: 2}
+	model := map[int64]map[string]string{} // range -> id -> value
+	commit := func(docs ...checkpoint.Doc) {
+		t.Helper()
+		if err := st.Commit(ctx, checkpoint.Batch{Delivered: map[checkpoint.ShardID][]checkpoint.Doc{sh: docs}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range docs {
+			r := d.SeqNo / redisx.RangeSize
+			if model[r] == nil {
+				model[r] = map[string]string{}
+			}
+			v := fmt.Sprint(d.SeqNo % redisx.RangeSize)
+			if d.Routing != "" {
+				v += " " + d.Routing
+			}
+			model[r][d.ID] = v
+		}
+	}
+	var page []checkpoint.Doc
+	for s := int64(0); s < 1000; s++ {
+		page = append(page, checkpoint.Doc{ID: fmt.Sprint("d", s), SeqNo: s})
+	}
+	commit(page...)
+	commit(checkpoint.Doc{ID: "d5", SeqNo: 60}, // the same range again
+		checkpoint.Doc{ID: "d7", SeqNo: 1000, Routing: "user-1"},                  // moved to a later range
+		checkpoint.Doc{ID: "x", SeqNo: 1003}, checkpoint.Doc{ID: "y", SeqNo: 130}, // out of order
+		checkpoint.Doc{ID: "x", SeqNo: 1010, Routing: "r"}) // twice in one batch
+	counts, total, err := checkpoint.RangeCounts(ctx, rdb, keys, sh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want int64
+	for r, ids := range model {
+		got, err := rdb.HGetAll(ctx, keys.DeliveredRange(sh.IndexUUID, sh.Shard, r)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(got, ids) {
+			t.Errorf("range %d holds %v, want %v", r, got, ids)
+		}
+		if counts[r] != int64(len(ids)) {
+			t.Errorf("range %d counted %d, holds %d", r, counts[r], len(ids))
+		}
+		want += int64(len(ids))
+	}
+	if len(counts) != len(model) || total != want {
+		t.Errorf("counts list %d ranges, total %d; want %d ranges, %d", len(counts), total, len(model), want)
+	}
+}
