@@ -78,7 +78,20 @@ func BenchmarkDeletes_Freshness(b *testing.B) {
 			addr := closedPort(b)
 			args := append([]string{"run"}, c.cliArgs()...)
 			args = append(args, "--redis", srv.URL(), "--feed", feed, "--index", ix, "--deletes", "--metrics-addr", addr)
+			logTo := os.Getenv("ESCF_BENCH_RELAY_LOG")
+			if logTo != "" {
+				args = append(args, "--log-level", "debug")
+			}
 			p := startBinary(b, append(args, run.extra...)...)
+			if logTo != "" {
+				// The relay's debug log, for a look at what a slow delete
+				// waited for (one line per scan: requests, cluster time).
+				b.Cleanup(func() {
+					if err := os.WriteFile(fmt.Sprintf("%s.%d", logTo, i), []byte(p.out.String()), 0o644); err != nil {
+						b.Error(err)
+					}
+				})
+			}
 			keys := redisx.NewKeys(feed)
 			// Read up: an upsert per document (fewer after the deletes of
 			// the runs before).
@@ -102,10 +115,16 @@ func BenchmarkDeletes_Freshness(b *testing.B) {
 			// Warm up (the node's JIT, the relay's first scans): writes
 			// for ESCF_BENCH_WARMUP seconds (default 20), not measured.
 			if w := envInt(b, "ESCF_BENCH_WARMUP", 20); w > 0 {
+				// Read after the read-up's entries only (XRANGE of a
+				// million entries outlasts the client's read timeout).
+				readUp, err := rdb.XInfoStream(context.Background(), keys.Events()).Result()
+				if err != nil {
+					b.Fatal(err)
+				}
 				warm := writeMix(b, c.URL()+"/"+ix, &live, rng, time.Duration(w)*time.Second)
 				deadline := time.Now().Add(4 * time.Minute)
 				for {
-					if dl, _ := latencies(b, rdb, keys.Events(), warm, "-"); len(dl) == warm.deletes || time.Now().After(deadline) {
+					if dl, _ := latencies(b, rdb, keys.Events(), warm, readUp.LastGeneratedID); len(dl) == warm.deletes || time.Now().After(deadline) {
 						break
 					}
 					time.Sleep(time.Second)
@@ -136,6 +155,9 @@ func BenchmarkDeletes_Freshness(b *testing.B) {
 			listed, _ := metricValue(b, addr, "escf_delete_listed_ids_total")
 			if len(dl) != acked.deletes {
 				b.Errorf("%d of %d deletes reached the stream", len(dl), acked.deletes)
+			}
+			for _, s := range slowest(rdb, keys.Events(), acked, from.LastGeneratedID, 5) {
+				b.Logf("slow delete: %s", s)
 			}
 			b.ReportMetric(pct(dl, 50).Seconds(), "delete_p50_s")
 			b.ReportMetric(pct(dl, 99).Seconds(), "delete_p99_s")
@@ -239,6 +261,38 @@ func latencies(b *testing.B, rdb *redis.Client, stream string, a *acks, after st
 		}
 	}
 	return dels, ups
+}
+
+// slowest describes the n deletes that took longest from their
+// acknowledgement to their stream entry: the id, both times (UTC) and the
+// entry, to find in the relay's log what they waited for.
+func slowest(rdb *redis.Client, stream string, a *acks, after string, n int) []string {
+	msgs, err := rdb.XRange(context.Background(), stream, "("+after, "+").Result()
+	if err != nil {
+		return []string{err.Error()}
+	}
+	type slow struct {
+		d    time.Duration
+		line string
+	}
+	var all []slow
+	for _, m := range msgs {
+		e, err := redisx.ParseEvent(m)
+		if err != nil || e.Op != redisx.OpDelete {
+			continue
+		}
+		if t, ok := a.deleted[e.ID]; ok {
+			ms, _ := strconv.ParseInt(strings.SplitN(m.ID, "-", 2)[0], 10, 64)
+			d := time.UnixMilli(ms).Sub(t)
+			all = append(all, slow{d, fmt.Sprintf("%s acknowledged %s, entry %s after %s", e.ID, t.UTC().Format("15:04:05.000"), m.ID, d.Round(time.Millisecond))})
+		}
+	}
+	slices.SortFunc(all, func(x, y slow) int { return int(y.d - x.d) })
+	var out []string
+	for _, s := range all[:min(n, len(all))] {
+		out = append(out, s.line)
+	}
+	return out
 }
 
 // pct is the p-th percentile of ds (0 when empty).
