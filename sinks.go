@@ -181,7 +181,7 @@ func httpSinkFlags() []cli.Flag {
 	}
 }
 
-func buildHTTPSink(_ context.Context, cmd *cli.Command, _ sinkEnv) (sink.Sink, error) {
+func buildHTTPSink(_ context.Context, cmd *cli.Command, env sinkEnv) (sink.Sink, error) {
 	if cmd.String("http-url") == "" {
 		return nil, usagef("--sink http needs --http-url")
 	}
@@ -197,6 +197,7 @@ func buildHTTPSink(_ context.Context, cmd *cli.Command, _ sinkEnv) (sink.Sink, e
 	if err != nil {
 		return nil, wrapUsage("http", err)
 	}
+	hintFewWorkers(cmd, env, "http", "a request")
 	return s, nil
 }
 
@@ -232,6 +233,7 @@ func buildBulkSink(ctx context.Context, cmd *cli.Command, env sinkEnv) (sink.Sin
 	if err != nil {
 		return nil, wrapUsage("bulk", err)
 	}
+	hintFewWorkers(cmd, env, "bulk", "a _bulk request")
 	return s, nil
 }
 
@@ -299,10 +301,20 @@ func postgresSinkFlags() []cli.Flag {
 // postgresPingTimeout bounds buildPostgresSink's first contact.
 const postgresPingTimeout = 15 * time.Second
 
-// postgresFewWorkers: below this many lanes the postgres sink's
-// transactions are small (about half the lanes' events each) and consume
+// fewWorkers: below this many lanes a batching sink's batches are small
+// (each lane hands it one event at a time, so a batch holds at most
+// --workers events: an HTTP request, a _bulk, a transaction) and consume
 // says so at start.
-const postgresFewWorkers = 64
+const fewWorkers = 64
+
+// hintFewWorkers logs that --workers caps the batches of a batching sink
+// (what: its batch) when it is below fewWorkers.
+func hintFewWorkers(cmd *cli.Command, env sinkEnv, sinkName, what string) {
+	if w := cmd.Int("workers"); w < fewWorkers {
+		env.log.Info(fmt.Sprintf("few lanes for the %s sink: %s holds at most --workers events (each lane hands it one at a time); pass --workers 512 or more for throughput (docs/PERFORMANCE.md)", sinkName, what),
+			logkey.Workers, w)
+	}
+}
 
 // buildPostgresSink opens the database and checks it once (it answers,
 // and the sink may create its tables in the schema), so that a bad URL,
@@ -323,10 +335,7 @@ func buildPostgresSink(ctx context.Context, cmd *cli.Command, env sinkEnv) (sink
 	if err != nil {
 		return nil, wrapUsage("postgres", err)
 	}
-	if w := cmd.Int("workers"); w < postgresFewWorkers {
-		env.log.Info("few lanes for the postgres sink: a transaction holds about half of --workers events; pass --workers 512 or more for throughput (docs/PERFORMANCE.md)",
-			logkey.Workers, w)
-	}
+	hintFewWorkers(cmd, env, "postgres", "a transaction")
 	pctx, cancel := context.WithTimeout(ctx, postgresPingTimeout)
 	defer cancel()
 	if err := s.Ping(pctx); err != nil {
