@@ -1,12 +1,15 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -25,7 +28,11 @@ import (
 // BenchmarkFreshness_EndToEnd measures how fresh the feed is from a
 // write's acknowledgement: to its stream entry (the entry id's
 // milliseconds, Redis's clock on this machine) and to a consumer that
-// applied it (an HTTP sink's receiver, the time it received the batch),
+// applied it (ESCF_BENCH_SINK: "http", the default, an HTTP sink's
+// receiver, the time it received the batch; "bulk", a bulk mirror into
+// mirror-<index> on the same node, the time the node answered the _bulk
+// holding it, seen by a proxy), with ESCF_BENCH_WORKERS lanes (default
+// 512: a batching sink's batch holds about one event per lane),
 // p50/p90/p99, with the relay binary at --poll-interval 1s, 250ms and
 // 100ms, at 100 and 10,000 writes/s (new documents into a 3-shard index:
 // one PUT per write at 100/s, a _bulk of 100 every 10 ms at 10,000/s, the
@@ -63,12 +70,37 @@ func BenchmarkFreshness_EndToEnd(b *testing.B) {
 					}
 					return requests, refreshes
 				}
-				recv := newReceiver(b)
 				feed := fmt.Sprintf("e2e-%d", n)
+				var recv *receiver
+				sinkArgs := []string{"--sink", "http"}
+				switch kind := os.Getenv("ESCF_BENCH_SINK"); kind {
+				case "", "http":
+					recv = newReceiver(b)
+					sinkArgs = append(sinkArgs, "--http-url", recv.url)
+				case "bulk":
+					recv = newBulkReceiver(b, c.URL())
+					sinkArgs = []string{"--sink", "bulk", "--bulk-es", recv.url, "--bulk-index", "mirror-{index}"}
+				default:
+					b.Fatalf("ESCF_BENCH_SINK=%q: want http or bulk", kind)
+				}
+				metrics := closedPort(b)
 				relayP := startBinary(b, "run", "--es", proxy.URL(), "--redis", srv.URL(), "--feed", feed, "--index", ix,
-					"--poll-interval", poll.String(), "--log-level", "warn")
-				consumeP := startBinary(b, "consume", "--redis", srv.URL(), "--feed", feed, "--group", "fresh", "--sink", "http",
-					"--http-url", recv.url, "--wait-for-feed", "1m", "--log-level", "warn")
+					"--poll-interval", poll.String(), "--log-level", "warn", "--metrics-addr", metrics)
+				// Where the relay's time goes: its requests by kind (mean
+				// time from the proxy's view) and its commits.
+				type spent struct {
+					counts map[string]int
+					took   map[string]time.Duration
+					commitSum, commits float64
+				}
+				spentNow := func() spent {
+					s := spent{counts: proxy.RequestCounts(), took: proxy.Took()}
+					s.commitSum, _ = metricValue(b, metrics, "escf_commit_duration_seconds_sum")
+					s.commits, _ = metricValue(b, metrics, "escf_commit_duration_seconds_count")
+					return s
+				}
+				consumeP := startBinary(b, append([]string{"consume", "--redis", srv.URL(), "--feed", feed, "--group", "fresh",
+					"--workers", strconv.Itoa(envInt(b, "ESCF_BENCH_WORKERS", 512)), "--wait-for-feed", "1m", "--log-level", "warn"}, sinkArgs...)...)
 				defer relayP.kill()
 				defer consumeP.kill()
 				write := newRateWriter(b, c.URL()+"/"+ix, rate)
@@ -76,10 +108,22 @@ func BenchmarkFreshness_EndToEnd(b *testing.B) {
 				waitEntries(b, rdb, redisx.NewKeys(feed).Events(), int64(write.total()), time.Minute)
 				from := write.total()
 				req0, ref0 := counts()
+				spent0 := spentNow()
 				start := time.Now()
 				write.writeFor(time.Duration(seconds) * time.Second)
 				elapsed := time.Since(start)
 				req1, ref1 := counts()
+				spent1 := spentNow()
+				var where []string
+				for _, kind := range []string{esemu.KindStats, esemu.KindRefresh, esemu.KindSearch} {
+					if n := spent1.counts[kind] - spent0.counts[kind]; n > 0 {
+						where = append(where, fmt.Sprintf("%s %d × %.1f ms", kind, n, float64((spent1.took[kind]-spent0.took[kind]).Microseconds())/1000/float64(n)))
+					}
+				}
+				if n := spent1.commits - spent0.commits; n > 0 {
+					where = append(where, fmt.Sprintf("commit %.0f × %.1f ms", n, (spent1.commitSum-spent0.commitSum)*1000/n))
+				}
+				b.Logf("%s/s, poll %s: the relay's requests and commits while measured: %s", strconv.Itoa(rate), poll, strings.Join(where, ", "))
 				acks := write.acks()[from:]
 				stream := redisx.NewKeys(feed).Events()
 				waitEntries(b, rdb, stream, int64(len(write.acks())), 2*time.Minute)
@@ -134,6 +178,58 @@ func newReceiver(b *testing.B) *receiver {
 	return r
 }
 
+// newBulkReceiver is a proxy to target that records, for each document
+// id of a _bulk request, when target answered the first request holding
+// it: when a bulk mirror applied it.
+func newBulkReceiver(b *testing.B, target string) *receiver {
+	u, err := url.Parse(target)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	r := &receiver{at: map[string]time.Time{}}
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if !strings.HasSuffix(req.URL.Path, "/_bulk") {
+			rp.ServeHTTP(w, req)
+			return
+		}
+		body, _ := io.ReadAll(req.Body)
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		req.ContentLength = int64(len(body))
+		rp.ServeHTTP(w, req)
+		now := time.Now()
+		var ids []string
+		lines := strings.Split(strings.TrimSpace(string(body)), "\n")
+		for i := 0; i < len(lines); i++ {
+			var action map[string]struct {
+				ID    string `json:"_id"`
+				Index string `json:"_index"`
+			}
+			if json.Unmarshal([]byte(lines[i]), &action) != nil {
+				continue
+			}
+			for op, a := range action {
+				if strings.HasPrefix(a.Index, "mirror-") || strings.Contains(req.URL.Path, "/mirror-") {
+					ids = append(ids, a.ID) // not the sink's position documents
+				}
+				if op != "delete" {
+					i++ // its source
+				}
+			}
+		}
+		r.mu.Lock()
+		for _, id := range ids {
+			if _, ok := r.at[id]; !ok {
+				r.at[id] = now
+			}
+		}
+		r.mu.Unlock()
+	}))
+	b.Cleanup(s.Close)
+	r.url = s.URL
+	return r
+}
+
 func (r *receiver) waitFor(b *testing.B, acks []ack, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -144,7 +240,7 @@ func (r *receiver) waitFor(b *testing.B, acks []ack, timeout time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("the HTTP sink received %d of %d documents in %s", got, len(acks), timeout)
+			b.Fatalf("the sink received %d of %d documents in %s", got, len(acks), timeout)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

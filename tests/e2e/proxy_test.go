@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -30,6 +31,7 @@ type countingProxy struct {
 	srv    *httptest.Server
 	mu     sync.Mutex
 	counts map[string]int
+	took   map[string]time.Duration // by kind: request in to answer out
 }
 
 // newCountingProxy serves on 127.0.0.1 until the test ends.
@@ -39,16 +41,29 @@ func newCountingProxy(tb testing.TB, target string) *countingProxy {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p := &countingProxy{counts: map[string]int{}}
+	p := &countingProxy{counts: map[string]int{}, took: map[string]time.Duration{}}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		kind := requestKind(r)
 		p.mu.Lock()
-		p.counts[requestKind(r)]++
+		p.counts[kind]++
 		p.mu.Unlock()
+		began := time.Now()
 		rp.ServeHTTP(w, r)
+		p.mu.Lock()
+		p.took[kind] += time.Since(began)
+		p.mu.Unlock()
 	}))
 	tb.Cleanup(p.srv.Close)
 	return p
+}
+
+// Took is the time the requests forwarded so far took, by kind, from
+// their arrival to the end of their answer.
+func (p *countingProxy) Took() map[string]time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.took)
 }
 
 // URL is the proxy's address.
