@@ -89,8 +89,8 @@ func BenchmarkFreshness_EndToEnd(b *testing.B) {
 				// Where the relay's time goes: its requests by kind (mean
 				// time from the proxy's view) and its commits.
 				type spent struct {
-					counts map[string]int
-					took   map[string]time.Duration
+					counts             map[string]int
+					took               map[string]time.Duration
 					commitSum, commits float64
 				}
 				spentNow := func() spent {
