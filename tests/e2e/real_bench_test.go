@@ -333,6 +333,12 @@ func benchShardRead(b *testing.B, c *realCluster) {
 	srv := redistest.Start(b)
 	rdb := srv.Client(b)
 	ctx := context.Background()
+	// What each read costs the machine's 2 cores: the node's, Redis's and
+	// this process's (the relay or the plain reader) CPU time.
+	cpus := processCPUs{redis: redisPID(b, rdb)}
+	if c.engine != nil {
+		cpus.node = c.engine.PID(0)
+	}
 	// plain reads every shard of ix, each from its beginning to its gcp.
 	plain := func(b *testing.B, ix index) time.Duration {
 		start := time.Now()
@@ -378,7 +384,9 @@ func benchShardRead(b *testing.B, c *realCluster) {
 			b.ResetTimer()
 			var plains, relays time.Duration // sums over the iterations
 			for i := 0; i < b.N; i++ {
+				cpu0 := cpus.now(b)
 				before := plain(b, ix)
+				cpu1 := cpus.now(b)
 				start := time.Now()
 				f := startRelayLease(b, c, srv.URL(), fmt.Sprintf("shardread-%d-%d", shards, i), []string{ix.name}, 30*time.Second, nil,
 					func(cfg *relay.Config) {
@@ -394,8 +402,10 @@ func benchShardRead(b *testing.B, c *realCluster) {
 					}
 				}
 				rel := time.Since(start)
+				cpu2 := cpus.now(b)
 				f.halt()
 				after := plain(b, ix)
+				b.Logf("iteration %d: CPU seconds for the %d documents: plain %s; relay %s", i, docs, cpu1.sub(cpu0), cpu2.sub(cpu1))
 				base := (before + after) / 2
 				plains, relays = plains+base, relays+rel
 				b.Logf("iteration %d: plain %.0f and %.0f docs/s, relay %.0f docs/s, ratio %.2f", i,
@@ -411,4 +421,55 @@ func benchShardRead(b *testing.B, c *realCluster) {
 		})
 	}
 	b.Logf("%d documents in 1 and in 4 shards, pages of %d", docs, page)
+}
+
+// processCPUs reads the CPU time (user + system) of the node, Redis and
+// this process, from /proc (Linux).
+type processCPUs struct{ node, redis int }
+
+// cpuSample is one reading of processCPUs.
+type cpuSample struct{ node, redis, self time.Duration }
+
+func (p processCPUs) now(tb testing.TB) cpuSample {
+	return cpuSample{node: procCPU(tb, p.node), redis: procCPU(tb, p.redis), self: procCPU(tb, os.Getpid())}
+}
+
+// sub is the CPU spent between two samples, as "node X + Redis Y +
+// reader Z = T" (seconds).
+func (s cpuSample) sub(from cpuSample) string {
+	n, r, me := s.node-from.node, s.redis-from.redis, s.self-from.self
+	return fmt.Sprintf("node %.2f + Redis %.2f + reader %.2f = %.2f", n.Seconds(), r.Seconds(), me.Seconds(), (n + r + me).Seconds())
+}
+
+// procCPU is process pid's CPU time so far (0 for pid 0).
+func procCPU(tb testing.TB, pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// The fields after the command's closing parenthesis; utime and stime
+	// are the 14th and 15th of the line, in clock ticks (100 a second).
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// redisPID is the process id redis-server reports.
+func redisPID(tb testing.TB, rdb *redis.Client) int {
+	info, err := rdb.Info(context.Background(), "server").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, l := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(l, "process_id:"); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	tb.Fatal("INFO server names no process_id")
+	return 0
 }
