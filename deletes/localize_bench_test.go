@@ -65,17 +65,30 @@ func BenchmarkLocalize(b *testing.B) {
 	fbf := info.CountsFilterByFilter()
 	b.Logf("%s: filter by filter %v", info, fbf)
 	hc := &http.Client{Timeout: 10 * time.Minute}
-	do := func(method, path, body string) {
-		req, _ := http.NewRequest(method, url+path, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/x-ndjson")
-		resp, err := hc.Do(req)
-		if err != nil {
-			b.Fatal(err)
+	// send makes one request; a bulk rejected for load (429) is sent again.
+	send := func(method, path, body string) error {
+		for try := 0; ; try++ {
+			req, _ := http.NewRequest(method, url+path, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/x-ndjson")
+			resp, err := hc.Do(req)
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", method, path, err)
+			}
+			msg, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if (resp.StatusCode == http.StatusTooManyRequests || bytes.Contains(msg, []byte(`"status":429`))) && try < 10 {
+				time.Sleep(time.Duration(try+1) * time.Second)
+				continue
+			}
+			if resp.StatusCode >= 300 || bytes.Contains(msg, []byte(`"errors":true`)) {
+				return fmt.Errorf("%s %s: %d %.300s", method, path, resp.StatusCode, msg)
+			}
+			return nil
 		}
-		msg, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode >= 300 || bytes.Contains(msg, []byte(`"errors":true`)) {
-			b.Fatalf("%s %s: %d %.300s", method, path, resp.StatusCode, msg)
+	}
+	do := func(method, path, body string) {
+		if err := send(method, path, body); err != nil {
+			b.Fatal(err)
 		}
 	}
 	do("PUT", "/loc", `{"settings":{"number_of_shards":1,"number_of_replicas":0,"refresh_interval":"-1"}}`)
@@ -85,8 +98,11 @@ func BenchmarkLocalize(b *testing.B) {
 	for _, size := range sizes {
 		// Grow the shard to size documents, two bulk requests at a time.
 		t0 := time.Now()
+		// The loaders report their first error (b.Fatal may not be called
+		// from them) and stop; the feeding loop stops with them.
 		var wg sync.WaitGroup
 		next := make(chan int)
+		failed := make(chan error, 2)
 		for w := 0; w < 2; w++ {
 			wg.Add(1)
 			go func() {
@@ -96,15 +112,29 @@ func BenchmarkLocalize(b *testing.B) {
 					for i := start; i < min(start+5000, size); i++ {
 						fmt.Fprintf(&sb, "{\"index\":{\"_id\":\"d%09d\"}}\n{\"n\":%d}\n", i, i)
 					}
-					do("POST", "/loc/_bulk", sb.String())
+					if err := send("POST", "/loc/_bulk", sb.String()); err != nil {
+						failed <- err
+						return
+					}
 				}
 			}()
 		}
+	feed:
 		for start := loaded; start < size; start += 5000 {
-			next <- start
+			select {
+			case next <- start:
+			case err := <-failed:
+				failed <- err
+				break feed
+			}
 		}
 		close(next)
 		wg.Wait()
+		select {
+		case err := <-failed:
+			b.Fatalf("loading %d documents: %v", size, err)
+		default:
+		}
 		for i := loaded; i < size; i++ {
 			live = append(live, i)
 		}
