@@ -442,3 +442,37 @@ func TestPostgres_Pool_RestoredWhileRunning(t *testing.T) {
 		t.Fatalf("Applied = %+v, want lead and committed 11-0", p)
 	}
 }
+
+// TestPostgres_AppliedSlots_OlderTables: a schema whose sink tables an
+// earlier version created (no escf__applied_slots) keeps its position;
+// the table of the record is added at the start.
+func TestPostgres_AppliedSlots_OlderTables(t *testing.T) {
+	rig := newPgRig(t)
+	schema, keys := rig.schema(t, "u1")
+	bg := context.Background()
+	for _, q := range []string{ // as the version before created them
+		"CREATE TABLE " + schema + ".escf__indices (index_uuid text PRIMARY KEY, index_name text NOT NULL, table_name text NOT NULL, " +
+			"generation bigint NOT NULL, ended_at timestamptz)",
+		"CREATE TABLE " + schema + ".escf__tombstones (table_name text NOT NULL, id text NOT NULL, routing text NOT NULL, " +
+			"index_uuid text NOT NULL, seq_no bigint NOT NULL, deleted_at timestamptz NOT NULL, PRIMARY KEY (table_name, id, routing))",
+		"CREATE TABLE " + schema + ".escf__applied (stream text NOT NULL, consumer_group text NOT NULL, lead text NOT NULL, " +
+			"low text NOT NULL, updated_at timestamptz NOT NULL, PRIMARY KEY (stream, consumer_group))",
+		"INSERT INTO " + schema + ".escf__applied VALUES ('" + keys.Events() + "', 'g', '5-0', '3-0', now())",
+	} {
+		if _, err := rig.direct.Exec(bg, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := rig.sink(t, sink.PostgresConfig{Schema: schema, Keys: keys})
+	if got, err := s.Applied(bg, keys.Events(), "g"); err != nil || got != (redisx.Position{Lead: "5-0", Low: "3-0"}) {
+		t.Fatalf("Applied over the earlier tables: %+v, %v; want lead 5-0, low 3-0, nothing committed", got, err)
+	}
+	ctx := redisx.WithDelivery(bg, redisx.Delivery{Stream: keys.Events(), Group: "g"})
+	pgHandle(t, func(_ context.Context, e redisx.Event) error { return s.Handler()(ctx, e) }, pgEvent(redisx.OpUpsert, "u1", "d6", "", 5))
+	if got, err := s.Applied(bg, keys.Events(), "g"); err != nil || got != (redisx.Position{Lead: "5-0", Low: "3-0", Committed: "6-0"}) {
+		t.Fatalf("Applied after a batch: %+v, %v; want committed 6-0", got, err)
+	}
+	if err := s.Advance(bg, keys.Events(), "g", redisx.Position{Lead: "7-0", Low: "6-0"}, "5-0"); err != nil {
+		t.Fatal(err)
+	}
+}
