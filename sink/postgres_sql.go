@@ -186,10 +186,10 @@ type pgStatements struct {
 }
 
 // pgIDOrder is the sort key of a stream id column or expression x, for
-// ORDER BY and row comparisons: (ms, seq) as numbers (text would put
-// "9-0" after "10-0").
-func pgIDOrder(x string) string {
-	return "split_part(" + x + ", '-', 1)::numeric, split_part(" + x + ", '-', 2)::numeric"
+// ORDER BY (with dir: "" or " DESC") and row comparisons: (ms, seq) as
+// numbers (text would put "9-0" after "10-0").
+func pgIDOrder(x, dir string) string {
+	return "split_part(" + x + ", '-', 1)::numeric" + dir + ", split_part(" + x + ", '-', 2)::numeric" + dir
 }
 
 // newPgStatements writes the statements. Every comparison of a document's
@@ -203,9 +203,9 @@ func newPgStatements(schema string) pgStatements {
 	sl := pgQualified(schema, PostgresAppliedSlotsTable)
 	// The highest last_id of a (stream, group): what its rows hold.
 	committed := "(SELECT last_id FROM " + sl + " WHERE stream = $1 AND consumer_group = $2 ORDER BY " +
-		strings.ReplaceAll(pgIDOrder("last_id"), "::numeric", "::numeric DESC") + " LIMIT 1)"
+		pgIDOrder("last_id", " DESC") + " LIMIT 1)"
 	// Raise a slot's last_id to EXCLUDED's, never lower it.
-	raise := "last_id = CASE WHEN (" + pgIDOrder("EXCLUDED.last_id") + ") > (" + pgIDOrder("s.last_id") + ") THEN EXCLUDED.last_id ELSE s.last_id END"
+	raise := "last_id = CASE WHEN (" + pgIDOrder("EXCLUDED.last_id", "") + ") > (" + pgIDOrder("s.last_id", "") + ") THEN EXCLUDED.last_id ELSE s.last_id END"
 	gen := func(uuid string) string {
 		return "coalesce((SELECT generation FROM " + ix + " WHERE index_uuid = " + uuid + "), 0)"
 	}
@@ -285,7 +285,7 @@ func newPgStatements(schema string) pgStatements {
 		foldSlots: "WITH gone AS (DELETE FROM " + sl + " WHERE slot <> '' AND slot <> $1 AND updated_at < now() - $2::float8 * interval '1 second' " +
 			"RETURNING stream, consumer_group, last_id, transactions, entries), " +
 			"folded AS (SELECT stream, consumer_group, (array_agg(last_id ORDER BY " +
-			strings.ReplaceAll(pgIDOrder("last_id"), "::numeric", "::numeric DESC") + "))[1] AS last_id, " +
+			pgIDOrder("last_id", " DESC") + "))[1] AS last_id, " +
 			"sum(transactions)::bigint AS transactions, sum(entries)::bigint AS entries FROM gone GROUP BY stream, consumer_group), " +
 			"base AS (INSERT INTO " + sl + " AS s (stream, consumer_group, slot, last_id, transactions, entries, updated_at) " +
 			"SELECT stream, consumer_group, '', last_id, transactions, entries, now() FROM folded " +
