@@ -476,3 +476,60 @@ func TestPostgres_AppliedSlots_OlderTables(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPostgres_AppliedSlots_NoSharedLock: two consumers' sinks apply
+// batches to two tables; while one's transaction is held at its COMMIT
+// (a deferred trigger sleeps) after writing its record, the other's batch
+// commits at once: the records never make consumers wait for each other
+// (one row shared by both would hold the second on the first's lock).
+func TestPostgres_AppliedSlots_NoSharedLock(t *testing.T) {
+	rig := newPgRig(t)
+	schema, keys := rig.schema(t, "u1", "u2")
+	bg := context.Background()
+	ctx := redisx.WithDelivery(bg, redisx.Delivery{Stream: keys.Events(), Group: "g"})
+	a := rig.sink(t, sink.PostgresConfig{URL: rig.pg.URL("postgres"), Schema: schema, Keys: keys})
+	b := rig.sink(t, sink.PostgresConfig{URL: rig.pg.URL("postgres"), Schema: schema, Keys: keys})
+	other := func(id string, seq int64) redisx.Event {
+		e := pgEvent(redisx.OpUpsert, "u2", id, "", seq)
+		e.Index = "other"
+		return e
+	}
+	pgHandle(t, func(_ context.Context, e redisx.Event) error { return a.Handler()(ctx, e) }, pgEvent(redisx.OpUpsert, "u1", "a0", "", 1))
+	pgHandle(t, func(_ context.Context, e redisx.Event) error { return b.Handler()(ctx, e) }, other("b0", 2))
+	for _, q := range []string{
+		"CREATE FUNCTION " + schema + ".slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN " +
+			"IF NEW.id = 'slow' THEN PERFORM pg_sleep(3); END IF; RETURN NULL; END $$",
+		"CREATE CONSTRAINT TRIGGER slow AFTER INSERT OR UPDATE ON " + schema + ".escf_orders " +
+			"DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION " + schema + ".slow()",
+	} {
+		if _, err := rig.direct.Exec(bg, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slow := make(chan error, 1)
+	go func() { slow <- a.Handler()(ctx, pgEvent(redisx.OpUpsert, "u1", "slow", "", 3)) }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var n int
+		if err := rig.direct.QueryRow(bg, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slow transaction never reached its COMMIT")
+		}
+	}
+	began := time.Now()
+	pgHandle(t, func(_ context.Context, e redisx.Event) error { return b.Handler()(ctx, e) }, other("b1", 4))
+	took := time.Since(began)
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+	if took > time.Second {
+		t.Fatalf("a batch on another table took %s while a consumer's transaction was held at its COMMIT: it waited for its lock", took.Round(time.Millisecond))
+	}
+	if got := rig.held(t, schema, keys.Events(), "g"); got.committed != "5-0" || got.entries != 4 {
+		t.Fatalf("the slots record %d entries up to %s, want 4 up to 5-0", got.entries, got.committed)
+	}
+}
