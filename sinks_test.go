@@ -238,11 +238,11 @@ func TestConsumeSinks_Postgres(t *testing.T) {
 		}
 		var n int
 		if err := pg.Pool(t, "postgres").QueryRow(context.Background(),
-			"SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename IN ('escf__indices', 'escf__tombstones', 'escf__applied')").Scan(&n); err != nil {
+			"SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename IN ('escf__indices', 'escf__tombstones', 'escf__applied', 'escf__applied_slots')").Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n != 3 {
-			t.Fatalf("%d of the sink's 3 tables exist after the start", n)
+		if n != 4 {
+			t.Fatalf("%d of the sink's 4 tables exist after the start", n)
 		}
 	})
 	t.Run("schema missing", func(t *testing.T) {

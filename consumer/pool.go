@@ -382,8 +382,11 @@ func (p *Pool) Run(ctx context.Context, h redisx.Handler) error {
 		p.slots <- struct{}{}
 	}
 	p.acks = make(chan []string, p.cfg.Prefetch)
-	// Handlers run on a context that outlives ctx by ShutdownTimeout.
-	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	// Handlers run on a context that outlives ctx by ShutdownTimeout and
+	// says which stream and group their events come from (a sink serving
+	// several partitions records what it applied per stream).
+	hctx, hcancel := context.WithCancel(redisx.WithDelivery(context.WithoutCancel(ctx),
+		redisx.Delivery{Stream: p.cfg.Keys.Events(), Group: p.cfg.Group}))
 	defer hcancel()
 	var lanes, helpers sync.WaitGroup
 	p.lanes = make([]chan []*job, p.cfg.Workers)

@@ -111,6 +111,45 @@ func TestPool_HandlesEveryEventInDocumentOrder(t *testing.T) {
 	}
 }
 
+// TestPool_Run_Delivery: every handler call's context says the stream and
+// group of its event (redisx.DeliveryOf), the entries read and the ones
+// retried alike: a sink serving several partitions records what it
+// applied per stream.
+func TestPool_Run_Delivery(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	keys := redisx.NewKeys("delivery")
+	addEvents(t, rdb, keys, 20, 5)
+	var mu sync.Mutex
+	got := map[redisx.Delivery]int{}
+	var failed atomic.Bool
+	p, stop := runPool(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g", Workers: 4, RetryBackoff: time.Millisecond},
+		func(ctx context.Context, e redisx.Event) error {
+			d, ok := redisx.DeliveryOf(ctx)
+			mu.Lock()
+			if !ok {
+				d = redisx.Delivery{Stream: "(none)"}
+			}
+			got[d]++
+			mu.Unlock()
+			if failed.CompareAndSwap(false, true) {
+				return errors.New("once") // its retry carries the delivery too
+			}
+			return nil
+		})
+	waitFor(t, "20 events", 10*time.Second, func() bool { return p.Stats().Acked == 20 })
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[redisx.Delivery]int{{Stream: keys.Events(), Group: "g"}: 21}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("handler calls by delivery: %v, want %v", got, want)
+	}
+	if _, ok := redisx.DeliveryOf(context.Background()); ok {
+		t.Fatal("DeliveryOf(context.Background()) reports a delivery")
+	}
+}
+
 func TestPool_DeadLettersAfterExactlyMaxDeliveries(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)

@@ -16,9 +16,18 @@ import (
 // applied (recorded before they are handed to it); Low an id below which
 // every entry the group read was acknowledged, so applied (recorded at the
 // same time, from the group's pending list). Either is "" when unknown.
+//
+// Committed, from a store that records in the same transaction as the
+// data which entries that transaction applied (the PostgreSQL sink), is
+// the highest entry whose effects the store holds: restored from an older
+// backup, the store says exactly what its data holds. Entries below it may
+// still be missing (handled out of order, or by several consumers); those
+// below Low are not. "" when the store does not record it, or recorded
+// nothing.
 type Position struct {
-	Lead string `json:"lead"`
-	Low  string `json:"low,omitempty"`
+	Lead      string `json:"lead"`
+	Low       string `json:"low,omitempty"`
+	Committed string `json:"committed,omitempty"`
 }
 
 // Positions is what a sink that keeps its data outside the feed's Redis
@@ -52,17 +61,29 @@ type Positions interface {
 	Reset(ctx context.Context, stream, group string, p Position) error
 }
 
-// BehindError says a sink's store holds an older position than one
-// recorded there earlier: it lost writes.
+// BehindError says a sink's store lost writes: it holds an older position
+// than one recorded there earlier, or (Lost) fewer of the transactions
+// that recorded what they applied than this process committed.
 type BehindError struct {
 	Store    string // what the store is, for the message
 	Recorded Position
 	Since    string
+	// Lost, when not "", says which of its own writes the store no
+	// longer holds although its Lead is not below Since.
+	Lost string
 }
 
 func (e *BehindError) Error() string {
-	return fmt.Sprintf("%s holds applied position %s, below %s recorded there earlier: it lost writes (restarted from an older append-only file or snapshot, failed over to a replica that lagged, or restored)",
-		e.Store, orNone(e.Recorded.Lead), e.Since)
+	const causes = "(restarted from an older append-only file or snapshot, failed over to a replica that lagged, or restored)"
+	rows := ""
+	if e.Recorded.Committed != "" {
+		rows = ", its data entries up to " + e.Recorded.Committed
+	}
+	if e.Lost != "" {
+		return fmt.Sprintf("%s lost writes %s: %s (it holds applied position %s%s)", e.Store, causes, e.Lost, orNone(e.Recorded.Lead), rows)
+	}
+	return fmt.Sprintf("%s holds applied position %s%s, below %s recorded there earlier: it lost writes %s",
+		e.Store, orNone(e.Recorded.Lead), rows, e.Since, causes)
 }
 
 func orNone(id string) string {
@@ -212,6 +233,9 @@ func IDVersion(id string) int64 {
 	return int64(ms)<<21 | int64(min(seq, 1<<21-1))
 }
 
+// ValidID reports whether s looks like a stream id ("<ms>-<seq>").
+func ValidID(s string) bool { return validID(s) }
+
 // validID reports whether s looks like a stream id ("<ms>-<seq>").
 func validID(s string) bool {
 	a, b, ok := strings.Cut(s, "-")
@@ -225,7 +249,7 @@ func validID(s string) bool {
 
 // ValidPosition checks the ids of a recorded position.
 func ValidPosition(p Position) error {
-	for _, id := range []string{p.Lead, p.Low} {
+	for _, id := range []string{p.Lead, p.Low, p.Committed} {
 		if id != "" && !validID(id) {
 			return fmt.Errorf("applied position %+v: %q is not a stream id", p, id)
 		}

@@ -22,8 +22,32 @@ import (
 // redelivery, a handler may see an event again or an older event after a
 // newer one: sinks apply through fences (package idempotency, or ES
 // external versions) so that never puts an older version over a newer one.
-// The context is canceled when the pool's shutdown timeout expires.
+// The context is canceled when the pool's shutdown timeout expires; a
+// Pool's carries the event's Delivery (DeliveryOf).
 type Handler func(ctx context.Context, e Event) error
+
+// Delivery says where the event a Handler is given was read from: the
+// stream key and the consumer group. A Pool puts it in the context of
+// every handler call (WithDelivery), so that a sink serving several
+// partitions' pools can record per stream and group what it applied
+// (the PostgreSQL sink does, in the transaction of the rows). Events
+// handed to a handler outside a pool (a bootstrap's copy) carry none.
+type Delivery struct {
+	Stream, Group string
+}
+
+type deliveryKey struct{}
+
+// WithDelivery returns ctx carrying d.
+func WithDelivery(ctx context.Context, d Delivery) context.Context {
+	return context.WithValue(ctx, deliveryKey{}, d)
+}
+
+// DeliveryOf returns the Delivery ctx carries, if any.
+func DeliveryOf(ctx context.Context) (Delivery, bool) {
+	d, ok := ctx.Value(deliveryKey{}).(Delivery)
+	return d, ok && d.Stream != "" && d.Group != ""
+}
 
 // Middleware wraps a Handler.
 type Middleware func(Handler) Handler

@@ -62,7 +62,8 @@ type PostgresConfig struct {
 	// Password, when not "", replaces the URL's password.
 	Password string
 	// Schema holds the tables: the documents' and the sink's own
-	// (escf__indices, escf__tombstones, escf__applied). It must exist.
+	// (escf__indices, escf__tombstones, escf__applied,
+	// escf__applied_slots). It must exist.
 	// Default "public".
 	Schema string
 	// Table names the table of an event's index. Placeholders: {index}
@@ -210,7 +211,8 @@ type PostgresStats struct {
 // its table or keeps them (IndexDeleted); snapshot markers are acknowledged
 // without a write. Reconciler lists the rows of an index for a bootstrap's
 // reconciliation; Positions records the applied stream position in
-// escf__applied.
+// escf__applied, and each batch's transaction records, with its rows, the
+// entries it applied in escf__applied_slots (see Applied and Advance).
 //
 // Outcomes: a handler returns nil once its event's batch committed (or the
 // event was refused by a fence). While PostgreSQL cannot be reached or
@@ -238,11 +240,20 @@ type Postgres struct {
 
 	closeOnce sync.Once
 
+	// slot names this sink's rows in escf__applied_slots (see
+	// postgres_positions.go).
+	slot string
+
 	mu         sync.Mutex
 	stateReady bool
 	gens       map[string]int64 // index uuid -> generation
 	registered map[string]bool  // index uuid known to escf__indices
 	tables     map[string]bool  // tables created or checked
+	// slotTx is how many transactions the slot of each stream and group
+	// held at this sink's last commit (as the commit returned it);
+	// slotLost a loss of them a commit found, for Advance to report.
+	slotTx   map[redisx.Delivery]int64
+	slotLost map[redisx.Delivery]string
 
 	// Of the flushing goroutine.
 	outage    time.Time // first failure of the outage in progress
@@ -255,6 +266,7 @@ type Postgres struct {
 // pgItem is one document event waiting for its batch.
 type pgItem struct {
 	e     redisx.Event
+	from  redisx.Delivery // the pool's stream and group; zero outside a pool
 	gen   int64
 	table string // unquoted name
 	err   error  // set by the flush
@@ -268,7 +280,8 @@ func NewPostgres(cfg PostgresConfig) (*Postgres, error) {
 		return nil, err
 	}
 	s := &Postgres{cfg: cfg, tmpl: tmpl, pool: cfg.Pool, log: cfg.Logger.With(logkey.Sink, "postgres"),
-		gens: map[string]int64{}, registered: map[string]bool{}, tables: map[string]bool{}}
+		gens: map[string]int64{}, registered: map[string]bool{}, tables: map[string]bool{},
+		slot: pgSlotName(), slotTx: map[redisx.Delivery]int64{}, slotLost: map[redisx.Delivery]string{}}
 	if s.pool == nil {
 		pc, err := pgxpool.ParseConfig(cfg.URL)
 		if err != nil {
@@ -336,6 +349,7 @@ func (s *Postgres) handle(ctx context.Context, e redisx.Event) error {
 	if it == nil {
 		return nil
 	}
+	it.from, _ = redisx.DeliveryOf(ctx)
 	if err := s.gc.submit(ctx, it); err != nil {
 		return wrap(err)
 	}
@@ -435,7 +449,7 @@ func (s *Postgres) generation(ctx context.Context, uuid string) (int64, error) {
 // flush applies one batch (groupCommit's flush: one call at a time). Each
 // item gets its own outcome in err; flush itself returns nil.
 func (s *Postgres) flush(ctx context.Context, items []*pgItem) error {
-	err := s.applyRetrying(ctx, latest(items))
+	err := s.applyRetrying(ctx, latest(items), pgRecordOf(items))
 	switch {
 	case err == nil:
 		s.events.Add(int64(len(items)))
@@ -501,13 +515,14 @@ func pgOrder(e redisx.Event) int64 {
 	return o
 }
 
-// applyRetrying applies a batch in one transaction, again and again while
-// the failure is worth retrying (PostgreSQL unreachable or restarting, a
-// deadlock), until it commits or ctx ends.
-func (s *Postgres) applyRetrying(ctx context.Context, items []*pgItem) error {
+// applyRetrying applies a batch in one transaction, with the record of
+// what it applied, again and again while the failure is worth retrying
+// (PostgreSQL unreachable or restarting, a deadlock), until it commits or
+// ctx ends.
+func (s *Postgres) applyRetrying(ctx context.Context, items []*pgItem, rec []pgApplied) error {
 	bo := backoff.Backoff{Min: s.cfg.RetryBackoff, Max: s.cfg.MaxRetryBackoff}
 	for {
-		err := s.apply(ctx, items)
+		err := s.apply(ctx, items, rec)
 		if err == nil {
 			if !s.outage.IsZero() {
 				s.log.Info("PostgreSQL answers again: applying", logkey.FailingFor, time.Since(s.outage).Round(time.Millisecond).String())
@@ -575,9 +590,10 @@ func (s *Postgres) retrying(ctx context.Context, fn func() error) error {
 }
 
 // apply runs one batch as one transaction: the table locks, the index
-// uuids it introduces, then per table the tombstones and deletes of its
-// delete events and the upsert of its upserts.
-func (s *Postgres) apply(ctx context.Context, items []*pgItem) error {
+// uuids it introduces, per table the tombstones and deletes of its delete
+// events and the upsert of its upserts, then the record of the entries it
+// applied (rec, in this sink's slot of escf__applied_slots).
+func (s *Postgres) apply(ctx context.Context, items []*pgItem, rec []pgApplied) error {
 	if err := s.ensureState(ctx); err != nil {
 		return err
 	}
@@ -612,12 +628,14 @@ func (s *Postgres) apply(ctx context.Context, items []*pgItem) error {
 	for _, table := range tables {
 		s.queueTable(b, table, byTable[table])
 	}
+	held := s.queueRecord(b, rec)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
+	s.committed(*held)
 	s.transactions.Add(1)
 	s.mu.Lock()
 	for _, it := range newUUIDs {

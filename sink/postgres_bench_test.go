@@ -33,7 +33,10 @@ func pgBenchSource(i int, pass int) json.RawMessage {
 // multi-row INSERT … ON CONFLICT (id, routing) DO UPDATE … WHERE the row's
 // seq_no is lower. Each iteration writes pgBenchDocs documents: the first
 // inserts them, the next ones update them (higher seq_no). Reports
-// events/s.
+// events/s. The sink's handler is called as a pool calls it (a context
+// naming the stream and group), so each transaction also records what it
+// applied (escf__applied_slots); "record" compares that with passes whose
+// context names none (nothing recorded).
 //
 //	go test -run '^$' -bench BenchmarkPostgres -benchtime 3x ./sink/
 func BenchmarkPostgres(b *testing.B) {
@@ -79,7 +82,35 @@ func BenchmarkPostgres(b *testing.B) {
 		b.ReportMetric(float64(b.N*pgBenchDocs)/sinkT.Seconds(), "sink-events/s")
 		b.ReportMetric(ratios[len(ratios)/2], "sink/loop")
 	})
+	// record: a pass of a sink whose handler's context names no stream
+	// (no record statement) and one of a sink recording, in pairs (which
+	// goes first alternates); the median of the per-pair ratios.
+	for _, lanes := range []int{8, 1000} {
+		b.Run(fmt.Sprintf("record/lanes=%d", lanes), func(b *testing.B) {
+			_, bare := pgBenchSink(b, rig)
+			_, recording := pgBenchSink(b, rig)
+			var ratios []float64
+			b.ResetTimer()
+			for pass := range b.N {
+				timed := func(run func()) float64 { t0 := time.Now(); run(); return time.Since(t0).Seconds() }
+				runBare := func() { pgBenchSinkPassCtx(b, context.Background(), bare, lanes, pass) }
+				runRecording := func() { pgBenchSinkPass(b, recording, lanes, pass) }
+				var tb, tr float64
+				if pass%2 == 0 {
+					tb, tr = timed(runBare), timed(runRecording)
+				} else {
+					tr, tb = timed(runRecording), timed(runBare)
+				}
+				ratios = append(ratios, tb/tr)
+			}
+			slices.Sort(ratios)
+			b.ReportMetric(ratios[len(ratios)/2], "recording/bare")
+		})
+	}
 }
+
+// pgBenchDelivery is the context a pool gives the sink's handler.
+var pgBenchDelivery = redisx.WithDelivery(context.Background(), redisx.Delivery{Stream: "escf:{bench}:events", Group: "g"})
 
 // pgBenchSink is a sink on a fresh schema, its table created.
 func pgBenchSink(b *testing.B, rig *pgRig) (*sink.Postgres, redisx.Handler) {
@@ -91,8 +122,13 @@ func pgBenchSink(b *testing.B, rig *pgRig) (*sink.Postgres, redisx.Handler) {
 }
 
 // pgBenchSinkPass writes pgBenchDocs documents through h from lanes
-// goroutines, one event in flight each.
+// goroutines, one event in flight each, as a pool's lanes call it.
 func pgBenchSinkPass(b *testing.B, h redisx.Handler, lanes, pass int) {
+	pgBenchSinkPassCtx(b, pgBenchDelivery, h, lanes, pass)
+}
+
+// pgBenchSinkPassCtx is pgBenchSinkPass with the handler's context.
+func pgBenchSinkPassCtx(b *testing.B, ctx context.Context, h redisx.Handler, lanes, pass int) {
 	var wg sync.WaitGroup
 	errs := make(chan error, lanes)
 	for l := range lanes {
@@ -103,7 +139,7 @@ func pgBenchSinkPass(b *testing.B, h redisx.Handler, lanes, pass int) {
 				seq := int64(pass*pgBenchDocs + i)
 				e := redisx.Event{StreamID: fmt.Sprintf("%d-0", seq+1), Op: redisx.OpUpsert, Index: "orders", IndexUUID: "u1",
 					Shard: i % 3, ID: fmt.Sprintf("d%d", i), SeqNo: seq, PrimaryTerm: 1, Version: seq + 1, Source: pgBenchSource(i, pass)}
-				if err := h(context.Background(), e); err != nil {
+				if err := h(ctx, e); err != nil {
 					errs <- err
 					return
 				}

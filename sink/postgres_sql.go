@@ -34,6 +34,13 @@ const (
 	// PostgresAppliedTable: the applied positions (redisx.Positions), per
 	// (stream, consumer_group): lead, low.
 	PostgresAppliedTable = "escf__applied"
+	// PostgresAppliedSlotsTable: what the batches' transactions applied,
+	// written by each of them with its rows, per (stream, consumer_group,
+	// slot) — a slot is one sink process's row, so that concurrent
+	// consumers never wait for each other's: last_id (the highest entry
+	// id applied), transactions and entries (how many), updated_at.
+	// Slot '' holds the slots folded after a week unused.
+	PostgresAppliedSlotsTable = "escf__applied_slots"
 )
 
 // PostgresMaxName is the longest name PostgreSQL keeps (NAMEDATALEN - 1
@@ -134,7 +141,7 @@ func PostgresTableName(name string) string {
 func (s *Postgres) tableOf(index, uuid string) (string, error) {
 	t := s.tmpl.expand(index, uuid)
 	switch t {
-	case PostgresIndicesTable, PostgresTombstonesTable, PostgresAppliedTable:
+	case PostgresIndicesTable, PostgresTombstonesTable, PostgresAppliedTable, PostgresAppliedSlotsTable:
 		return "", fmt.Errorf("the table of index %s would be %s, one of the sink's own tables: change the table template %q", index, t, s.cfg.Table)
 	}
 	return t, nil
@@ -175,6 +182,14 @@ type pgStatements struct {
 	held                                           string
 	applied, advanceRow, advanceRead, advanceWrite string
 	reset                                          string
+	record, foldSlots                              string
+}
+
+// pgIDOrder is the sort key of a stream id column or expression x, for
+// ORDER BY (with dir: "" or " DESC") and row comparisons: (ms, seq) as
+// numbers (text would put "9-0" after "10-0").
+func pgIDOrder(x, dir string) string {
+	return "split_part(" + x + ", '-', 1)::numeric" + dir + ", split_part(" + x + ", '-', 2)::numeric" + dir
 }
 
 // newPgStatements writes the statements. Every comparison of a document's
@@ -185,6 +200,12 @@ func newPgStatements(schema string) pgStatements {
 	ix := pgQualified(schema, PostgresIndicesTable)
 	ts := pgQualified(schema, PostgresTombstonesTable)
 	ap := pgQualified(schema, PostgresAppliedTable)
+	sl := pgQualified(schema, PostgresAppliedSlotsTable)
+	// The highest last_id of a (stream, group): what its rows hold.
+	committed := "(SELECT last_id FROM " + sl + " WHERE stream = $1 AND consumer_group = $2 ORDER BY " +
+		pgIDOrder("last_id", " DESC") + " LIMIT 1)"
+	// Raise a slot's last_id to EXCLUDED's, never lower it.
+	raise := "last_id = CASE WHEN (" + pgIDOrder("EXCLUDED.last_id", "") + ") > (" + pgIDOrder("s.last_id", "") + ") THEN EXCLUDED.last_id ELSE s.last_id END"
 	gen := func(uuid string) string {
 		return "coalesce((SELECT generation FROM " + ix + " WHERE index_uuid = " + uuid + "), 0)"
 	}
@@ -199,6 +220,9 @@ func newPgStatements(schema string) pgStatements {
 				"index_uuid text NOT NULL, seq_no bigint NOT NULL, deleted_at timestamptz NOT NULL, PRIMARY KEY (table_name, id, routing))",
 			"CREATE TABLE IF NOT EXISTS " + ap + " (stream text NOT NULL, consumer_group text NOT NULL, lead text NOT NULL, " +
 				"low text NOT NULL, updated_at timestamptz NOT NULL, PRIMARY KEY (stream, consumer_group))",
+			"CREATE TABLE IF NOT EXISTS " + sl + " (stream text NOT NULL, consumer_group text NOT NULL, slot text NOT NULL, " +
+				"last_id text NOT NULL, transactions bigint NOT NULL, entries bigint NOT NULL, updated_at timestamptz NOT NULL, " +
+				"PRIMARY KEY (stream, consumer_group, slot))",
 		},
 		// A delete's tombstone: kept when it orders after the one held.
 		tombstones: "INSERT INTO " + ts + " AS ts (table_name, id, routing, index_uuid, seq_no, deleted_at) " +
@@ -236,12 +260,38 @@ func newPgStatements(schema string) pgStatements {
 		held: "SELECT t.id, t.routing, t.seq_no, t.index_uuid = $1 FROM %s t " +
 			"WHERE (t.id, t.routing) > ($2, $3) AND (t.index_uuid = $1 OR " + gen("t.index_uuid") + " BETWEEN 1 AND $4 - 1) " +
 			"ORDER BY t.id, t.routing LIMIT $5",
-		applied:      "SELECT lead, low FROM " + ap + " WHERE stream = $1 AND consumer_group = $2",
-		advanceRow:   "INSERT INTO " + ap + " (stream, consumer_group, lead, low, updated_at) VALUES ($1, $2, '', '', now()) ON CONFLICT DO NOTHING",
-		advanceRead:  "SELECT lead, low FROM " + ap + " WHERE stream = $1 AND consumer_group = $2 FOR UPDATE",
+		applied: "SELECT coalesce((SELECT lead FROM " + ap + " WHERE stream = $1 AND consumer_group = $2), ''), " +
+			"coalesce((SELECT low FROM " + ap + " WHERE stream = $1 AND consumer_group = $2), ''), coalesce(" + committed + ", '')",
+		advanceRow: "INSERT INTO " + ap + " (stream, consumer_group, lead, low, updated_at) VALUES ($1, $2, '', '', now()) ON CONFLICT DO NOTHING",
+		// With the position: what the slots' rows hold, and how many
+		// transactions this sink's slot ($3) holds.
+		advanceRead: "SELECT lead, low, coalesce(" + committed + ", ''), " +
+			"coalesce((SELECT transactions FROM " + sl + " WHERE stream = $1 AND consumer_group = $2 AND slot = $3), 0) " +
+			"FROM " + ap + " a WHERE stream = $1 AND consumer_group = $2 FOR UPDATE OF a",
 		advanceWrite: "UPDATE " + ap + " SET lead = $3, low = $4, updated_at = now() WHERE stream = $1 AND consumer_group = $2",
 		reset: "INSERT INTO " + ap + " (stream, consumer_group, lead, low, updated_at) VALUES ($1, $2, $3, $4, now()) " +
 			"ON CONFLICT (stream, consumer_group) DO UPDATE SET lead = EXCLUDED.lead, low = EXCLUDED.low, updated_at = EXCLUDED.updated_at",
+		// In each batch's transaction: per (stream, group) of its events,
+		// this sink's slot ($1) counts one more transaction and its
+		// entries, and keeps the highest entry id; it returns the count.
+		record: "INSERT INTO " + sl + " AS s (stream, consumer_group, slot, last_id, transactions, entries, updated_at) " +
+			"SELECT r.stream, r.consumer_group, $1, r.last_id, 1, r.entries, now() " +
+			"FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[]) AS r(stream, consumer_group, last_id, entries) " +
+			"ON CONFLICT (stream, consumer_group, slot) DO UPDATE SET " + raise + ", transactions = s.transactions + 1, " +
+			"entries = s.entries + EXCLUDED.entries, updated_at = EXCLUDED.updated_at " +
+			"RETURNING stream, consumer_group, transactions",
+		// Slots unused for $2 seconds (but this sink's, $1) fold into
+		// slot '' of their (stream, group): highest last_id, summed counts.
+		foldSlots: "WITH gone AS (DELETE FROM " + sl + " WHERE slot <> '' AND slot <> $1 AND updated_at < now() - $2::float8 * interval '1 second' " +
+			"RETURNING stream, consumer_group, last_id, transactions, entries), " +
+			"folded AS (SELECT stream, consumer_group, (array_agg(last_id ORDER BY " +
+			pgIDOrder("last_id", " DESC") + "))[1] AS last_id, " +
+			"sum(transactions)::bigint AS transactions, sum(entries)::bigint AS entries FROM gone GROUP BY stream, consumer_group), " +
+			"base AS (INSERT INTO " + sl + " AS s (stream, consumer_group, slot, last_id, transactions, entries, updated_at) " +
+			"SELECT stream, consumer_group, '', last_id, transactions, entries, now() FROM folded " +
+			"ON CONFLICT (stream, consumer_group, slot) DO UPDATE SET " + raise + ", transactions = s.transactions + EXCLUDED.transactions, " +
+			"entries = s.entries + EXCLUDED.entries, updated_at = EXCLUDED.updated_at) " +
+			"SELECT count(*) FROM gone",
 	}
 	return st
 }
@@ -506,8 +556,9 @@ func (s *Postgres) PurgeTombstones(ctx context.Context) (int64, error) {
 	return tag.RowsAffected(), nil
 }
 
-// purgeDue purges the tombstones when TombstoneKeep/24 passed since the
-// last purge (the flushing goroutine calls it after a commit).
+// purgeDue purges the tombstones and folds the unused applied slots when
+// TombstoneKeep/24 passed since the last purge (the flushing goroutine
+// calls it after a commit).
 func (s *Postgres) purgeDue(ctx context.Context) {
 	if time.Since(s.lastPurge) < s.cfg.TombstoneKeep/24 {
 		return
@@ -515,5 +566,8 @@ func (s *Postgres) purgeDue(ctx context.Context) {
 	s.lastPurge = time.Now()
 	if _, err := s.PurgeTombstones(ctx); err != nil {
 		s.log.Warn("cannot purge old tombstones; trying again later", logkey.Error, err.Error())
+	}
+	if _, err := s.FoldAppliedSlots(ctx); err != nil {
+		s.log.Warn("cannot fold the unused slots of "+PostgresAppliedSlotsTable+"; trying again later", logkey.Error, err.Error())
 	}
 }

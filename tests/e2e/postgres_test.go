@@ -133,8 +133,8 @@ func waitPostgresMirror(tb testing.TB, src backend, pool *pgxpool.Pool, index, t
 // restarted, and PostgreSQL itself is killed (SIGKILL, recovering from its WAL) and
 // started again mid-run. Afterwards the table equals the index (every
 // document's row with its source, seq_no, uuid and shard; no other row),
-// nothing is pending or dead-lettered, and the applied position is
-// recorded in escf__applied.
+// nothing is pending or dead-lettered, the applied position is recorded
+// in escf__applied, and escf__applied_slots names the stream's last entry.
 func TestReliability_PostgresSink(t *testing.T) {
 	t.Parallel()
 	d, kills, relayKills, pgRestarts := 10*time.Second, 12, 4, 2
@@ -217,9 +217,13 @@ func TestReliability_PostgresSink(t *testing.T) {
 		t.Errorf("%d events dead-lettered: nothing should fail here", dead)
 	}
 	var deletesSeen int
+	var lastDoc string // the last entry that writes a row
 	for _, e := range entries(t, rdb, f.keys.Events()) {
 		if e.Op == "delete" {
 			deletesSeen++
+		}
+		if e.Op == redisx.OpUpsert || e.Op == redisx.OpDelete {
+			lastDoc = e.StreamID
 		}
 	}
 	if deletesSeen == 0 {
@@ -231,6 +235,14 @@ func TestReliability_PostgresSink(t *testing.T) {
 		t.Errorf("no applied position recorded in escf__applied (%v)", err)
 	} else if err != nil {
 		t.Fatal(err)
+	}
+	// Each batch's transaction recorded what it applied: the highest
+	// entry, through the kills and PostgreSQL's restarts, is the last.
+	var committed string
+	err = pool.QueryRow(context.Background(), "SELECT last_id FROM public.escf__applied_slots WHERE stream = $1 AND consumer_group = 'sql' "+
+		"ORDER BY split_part(last_id, '-', 1)::numeric DESC, split_part(last_id, '-', 2)::numeric DESC LIMIT 1", f.keys.Events()).Scan(&committed)
+	if err != nil || committed != lastDoc {
+		t.Errorf("escf__applied_slots says entries up to %q were applied (%v), want the stream's last document entry %s", committed, err, lastDoc)
 	}
 	relayP.kill()
 	for _, p := range procs {
