@@ -24,9 +24,16 @@ import (
 )
 
 // postgresConsumeArgs are the flags of a `consume --sink postgres`.
+// 16 lanes: a transaction holds about half the lanes' events. With 4 (2
+// events a transaction, each one also recording what it applied in
+// escf__applied_slots) one CI run on elasticsearch-8, three engines'
+// suites at once, left the group 5,301 entries to go after 60 s — most
+// likely a drain too slow for the deadline (the same test passed alone
+// on that engine in 24 s); TestReliability_PostgresSink now logs the
+// consumers' last lines when it fails.
 func postgresConsumeArgs(redisURL, feed, group, consumer, pgURL string) []string {
 	return []string{"consume", "--redis", redisURL, "--feed", feed, "--group", group, "--consumer", consumer,
-		"--sink", "postgres", "--postgres-url", pgURL, "--workers", "4", "--min-idle", "500ms", "--shutdown-timeout", "5s",
+		"--sink", "postgres", "--postgres-url", pgURL, "--workers", "16", "--min-idle", "500ms", "--shutdown-timeout", "5s",
 		"--wait-for-feed", "1m"}
 }
 
@@ -159,6 +166,15 @@ func TestReliability_PostgresSink(t *testing.T) {
 	for i := range procs {
 		procs[i] = start(i)
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			// What the consumers running at the end said (the last lines).
+			for i, p := range procs {
+				lines := strings.Split(strings.TrimSpace(p.out.String()), "\n")
+				t.Logf("consumer %s, last lines:\n%s", name(i), strings.Join(lines[max(0, len(lines)-15):], "\n"))
+			}
+		}
+	})
 	stopWriters := startWriters(t, src, ix, 4, 28, true, false)
 	rng := rand.New(rand.NewPCG(28, 28))
 	steps := kills + relayKills + pgRestarts
