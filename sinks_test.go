@@ -159,7 +159,7 @@ func TestConsumeSinks_NewSink(t *testing.T) {
 		{name: "bulk without a cluster", args: []string{"--sink", "bulk"}, wantErr: "--sink bulk needs --bulk-es <target cluster URL>"},
 		{name: "postgres without a URL", args: []string{"--sink", "postgres"}, wantErr: "--sink postgres needs --postgres-url <libpq URL>"},
 		{name: "postgres bad URL, password masked", args: []string{"--sink", "postgres", "--postgres-url", "postgres://u:hunter2@h:notaport/db"},
-			wantErr: "--sink postgres: postgres sink config: URL postgres://xxxxx@h:notaport/db"},
+			wantErr: "--sink postgres: postgres sink config: URL postgres://u:xxxxx@h:notaport/db"},
 		{name: "postgres unknown placeholder", args: []string{"--sink", "postgres", "--postgres-url", "postgres://h/db", "--postgres-table", "t_{shard}"},
 			wantErr: `--sink postgres: postgres sink config: Table "t_{shard}": unknown placeholder {shard}`},
 		{name: "postgres bad index_deleted", args: []string{"--sink", "postgres", "--postgres-url", "postgres://h/db", "--postgres-index-deleted", "truncate"},

@@ -17,8 +17,10 @@ func StrayAt(u *url.URL) bool {
 
 // Redact returns raw with its password replaced by Mask. A URL that does
 // not parse, has no "scheme://", or whose password holds a '/', '?' or
-// '#' that ended the host early, is masked from after "://" up to its
-// last '@'. A URL without a password comes back unchanged.
+// '#' that ended the host early, is masked from after "://" (or a leading
+// "//") up to its last '@', but for the user name before the first ':'
+// (a user name holds no ':'; the password is all after it). A URL without
+// a password comes back unchanged.
 func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || u.User == nil || StrayAt(u) {
@@ -26,8 +28,14 @@ func Redact(raw string) string {
 			start := 0
 			if j := strings.Index(raw, "://"); j >= 0 && j < i {
 				start = j + 3
+			} else if strings.HasPrefix(raw, "//") {
+				start = 2
 			}
-			return raw[:start] + Mask + raw[i:]
+			user := ""
+			if k := strings.IndexByte(raw[start:i], ':'); k >= 0 {
+				user = raw[start : start+k+1]
+			}
+			return raw[:start] + user + Mask + raw[i:]
 		}
 		return raw
 	}

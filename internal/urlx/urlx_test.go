@@ -14,10 +14,11 @@ func TestRedact(t *testing.T) {
 		{"password", "redis://u:secret@localhost:6379", "redis://u:xxxxx@localhost:6379"},
 		{"password only", "rediss://:secret@h:6380/2", "rediss://:xxxxx@h:6380/2"},
 		{"https", "https://elastic:changeme@es:9200", "https://elastic:xxxxx@es:9200"},
-		{"slash in password", "redis://u:se/cr@et@h:6379", "redis://xxxxx@h:6379"},
-		{"hash in password", "http://u:a#b@es:9200", "http://xxxxx@es:9200"},
-		{"unparsable", "redis://u:%zz@h", "redis://xxxxx@h"},
-		{"no scheme", "u:secret@h:6379", "xxxxx@h:6379"},
+		{"slash in password", "redis://u:se/cr@et@h:6379", "redis://u:xxxxx@h:6379"},
+		{"hash in password", "http://u:a#b@es:9200", "http://u:xxxxx@es:9200"},
+		{"scheme-relative, hash after the @", "//:@#@", "//:xxxxx@"},
+		{"unparsable", "redis://u:%zz@h", "redis://u:xxxxx@h"},
+		{"no scheme", "u:secret@h:6379", "u:xxxxx@h:6379"},
 		{"no at", "not a url", "not a url"},
 	}
 	for _, tt := range tests {
