@@ -61,10 +61,29 @@ func (p *Pool) startApplied(ctx context.Context) error {
 	}
 	stream, group := p.cfg.Keys.Events(), p.cfg.Group
 	var rec redisx.Position
+	// The feed's copy of what the store recorded is read before the
+	// store: a copy is written only once the store holds it, so a store
+	// read after the copy that holds less lost writes. Read the other way
+	// round, a consumer of the group starting while another records its
+	// first position could see the store empty and then the other's copy.
+	var theirs string
 	bo := backoff.Backoff{Min: p.cfg.RetryBackoff, Max: p.cfg.MaxRetryBackoff}
 	for {
 		began := time.Now()
 		var err error
+		theirs, err = p.cfg.Client.HGet(ctx, p.cfg.Keys.Applied(), group).Result()
+		if errors.Is(err, redis.Nil) {
+			theirs, err = "", nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			d := bo.Next()
+			p.redisFailed(began, "cannot read the feed's copy of the sink's applied position; retrying", err, logkey.RetryIn, d.String())
+			sleepCtx(ctx, d)
+			continue
+		}
 		rec, err = p.cfg.Positions.Applied(ctx, stream, group)
 		if err == nil {
 			err = redisx.ValidPosition(rec)
@@ -84,7 +103,6 @@ func (p *Pool) startApplied(ctx context.Context) error {
 	}
 	var infoS *redis.XInfoStreamCmd
 	var infoG *redis.XInfoGroupsCmd
-	var copied *redis.StringCmd
 	var chk appliedCheck
 	_, err := p.cfg.Client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		infoS = pipe.XInfoStream(ctx, stream)
@@ -92,7 +110,6 @@ func (p *Pool) startApplied(ctx context.Context) error {
 		if rec.Lead != "" {
 			chk.queue(ctx, pipe, p.cfg.Keys, rec.Lead)
 		}
-		copied = pipe.HGet(ctx, p.cfg.Keys.Applied(), group)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -120,7 +137,7 @@ func (p *Pool) startApplied(ctx context.Context) error {
 	p.appliedID, p.recorded = rec.Lead, rec.Lead
 	p.appliedMu.Unlock()
 	p.appliedChecked(covered, rec.Lead, "")
-	if theirs := copied.Val(); theirs != "" && redisx.LessID(rec.Lead, theirs) {
+	if theirs != "" && redisx.LessID(rec.Lead, theirs) {
 		be := &redisx.BehindError{Store: "the sink's store", Recorded: rec, Since: theirs}
 		if err := p.replayAfter(be, last, st); err != nil {
 			p.recordLost(err)

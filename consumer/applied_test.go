@@ -60,6 +60,20 @@ func (m *memPositions) set(stream, group string, p redisx.Position) {
 	m.pos[m.key(stream, group)] = p
 }
 
+// racingPositions is a memPositions whose first Applied runs after once
+// it has read the store: another consumer of the group writing meanwhile.
+type racingPositions struct {
+	memPositions
+	after func()
+	once  sync.Once
+}
+
+func (r *racingPositions) Applied(ctx context.Context, stream, group string) (redisx.Position, error) {
+	p, err := r.memPositions.Applied(ctx, stream, group)
+	r.once.Do(r.after)
+	return p, err
+}
+
 // addAt appends upserts of documents d<i> at the given stream ids.
 func addAt(tb testing.TB, rdb *redis.Client, keys redisx.Keys, ids ...string) {
 	tb.Helper()
@@ -344,6 +358,39 @@ func TestPool_AppliedPosition(t *testing.T) {
 		}
 		if got := rec.seen(); len(got) != 0 {
 			t.Errorf("handled %v", got)
+		}
+	})
+
+	t.Run("a consumer starting while another of its group records its first lead is not behind", func(t *testing.T) {
+		// Two consumers of a new group started together: the other one
+		// records its lead in the store and the feed's copy between this
+		// one's read of the store (empty) and of the copy. A store is
+		// behind only if it holds less than a copy read before it.
+		srv := redistest.Start(t)
+		rdb := srv.Client(t)
+		keys := redisx.NewKeys("racing-start")
+		addAt(t, rdb, keys, "1000-0", "2000-0")
+		pos := &racingPositions{memPositions: memPositions{pos: map[string]redisx.Position{}}}
+		pos.after = func() {
+			pos.set(keys.Events(), "g", redisx.Position{Lead: "2000-0"})
+			rdb.HSet(ctx, keys.Applied(), "g", "2000-0")
+		}
+		var rec recorder
+		p, run := startPool(t, consumer.PoolConfig{Client: rdb, Keys: keys, Group: "g", Positions: pos, Block: 100 * time.Millisecond}, rec.handle)
+		deadline := time.Now().Add(10 * time.Second)
+		for p.Stats().Acked < 2 && time.Now().Before(deadline) {
+			select {
+			case err := <-run.done:
+				run.once.Do(func() { run.err = err })
+				t.Fatalf("Run = %v: the other consumer's first lead taken for a store that lost writes", err)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		if got, want := rec.seen(), []string{"1000-0", "2000-0"}; !slices.Equal(got, want) {
+			t.Errorf("handled %v, want %v", got, want)
+		}
+		if v, _ := rdb.HGet(ctx, keys.Lost(), "g").Result(); v != "" {
+			t.Errorf("loss recorded: %s", v)
 		}
 	})
 

@@ -71,7 +71,17 @@ func TestExplain(t *testing.T) {
 func TestExplainLost(t *testing.T) {
 	err := fmt.Errorf("3 pending entries are gone from the stream (%w; the oldest 1-0): re-initialize the group with a bootstrap", redisx.ErrHistoryLost)
 	got := ExplainLost(err, "orders", "g").Error()
-	if want := "; re-initialize the group with es-changefeed consume --feed orders --group g --bootstrap"; !strings.HasSuffix(got, want) {
+	if want := "(history lost; the oldest 1-0): re-initialize the group with es-changefeed consume --feed orders --group g --bootstrap"; !strings.HasSuffix(got, want) {
+		t.Errorf("ExplainLost = %q, want it to end in %q", got, want)
+	}
+	if n := strings.Count(got, "re-initialize"); n != 1 {
+		t.Errorf("ExplainLost = %q: the advice %d times, want once", got, n)
+	}
+	if !errors.Is(ExplainLost(err, "orders", "g"), redisx.ErrHistoryLost) {
+		t.Error("ExplainLost lost the error's chain")
+	}
+	other := fmt.Errorf("%w: the group's loss recorded earlier", redisx.ErrHistoryLost)
+	if got, want := ExplainLost(other, "", "g").Error(), "; re-initialize the group with es-changefeed consume --group g --bootstrap"; !strings.HasSuffix(got, want) {
 		t.Errorf("ExplainLost = %q, want it to end in %q", got, want)
 	}
 	if got, want := ExplainLost(errors.New("boom"), "orders", "g").Error(), "boom"; got != want {
