@@ -44,6 +44,10 @@ type Options struct {
 	// everysec, a SIGKILL (Stop) then loses commits Redis acknowledged, as
 	// a power failure does, on every run.
 	SlowFsync time.Duration
+	// Dir, when set, is the directory the server starts on (its files
+	// loaded per Args, e.g. a copy of a killed server's append-only file,
+	// CopyFiles) instead of a new empty one.
+	Dir string
 }
 
 // Start runs redis-server on a free 127.0.0.1 port and waits for PING. The
@@ -59,7 +63,10 @@ func Start(tb testing.TB, opts ...Options) *Server {
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	s := &Server{tb: tb, Dir: tb.TempDir()}
+	s := &Server{tb: tb, Dir: o.Dir}
+	if s.Dir == "" {
+		s.Dir = tb.TempDir()
+	}
 	s.Port = freePort(tb)
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
 	s.args = append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(s.Port), "--dir", s.Dir,
@@ -148,6 +155,21 @@ func (s *Server) StartAgain() {
 	}
 	bin, _ := exec.LookPath("redis-server")
 	s.start(bin)
+}
+
+// CopyFiles copies the files of a stopped server (Stop) to a new
+// directory and returns it: what the server holds after it starts again,
+// to be read by another server (Options.Dir) while this one runs.
+func (s *Server) CopyFiles(tb testing.TB) string {
+	tb.Helper()
+	if s.cmd != nil {
+		tb.Fatalf("redis-server on %s is running: Stop it before copying its files", s.Addr)
+	}
+	dir := tb.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(s.Dir)); err != nil {
+		tb.Fatalf("copy %s: %v", s.Dir, err)
+	}
+	return dir
 }
 
 // AOFDir is where the server keeps its append-only files with
