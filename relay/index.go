@@ -466,7 +466,23 @@ func (r *Relay) readShards(ctx context.Context, name string, cur *cursor, reads 
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return joinDistinct(errs)
+}
+
+// joinDistinct joins errs (nil ones skipped) saying each message once:
+// shards of a round failing alike (a lease lost, Redis gone) give one
+// line, not one per shard.
+func joinDistinct(errs []error) error {
+	seen := map[string]bool{}
+	var out []error
+	for _, err := range errs {
+		if err == nil || seen[err.Error()] {
+			continue
+		}
+		seen[err.Error()] = true
+		out = append(out, err)
+	}
+	return errors.Join(out...)
 }
 
 // page is one search page of a shard's window: the hits of (after, next],

@@ -545,3 +545,17 @@ func TestRelay_Round_ScansDeletes(t *testing.T) {
 		})
 	}
 }
+
+func TestJoinDistinct(t *testing.T) {
+	lost := fmt.Errorf("commit 50 events: %w", redisx.ErrLeaseLost)
+	err := joinDistinct([]error{lost, nil, fmt.Errorf("commit 50 events: %w", redisx.ErrLeaseLost), errors.New("other")})
+	if got, want := err.Error(), lost.Error()+"\nother"; got != want {
+		t.Errorf("joinDistinct = %q, want %q", got, want)
+	}
+	if !errors.Is(err, redisx.ErrLeaseLost) {
+		t.Error("joinDistinct lost the errors' chains")
+	}
+	if err := joinDistinct([]error{nil, nil}); err != nil {
+		t.Errorf("joinDistinct(nils) = %v, want nil", err)
+	}
+}
