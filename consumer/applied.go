@@ -70,21 +70,16 @@ func (p *Pool) startApplied(ctx context.Context) error {
 	bo := backoff.Backoff{Min: p.cfg.RetryBackoff, Max: p.cfg.MaxRetryBackoff}
 	for {
 		began := time.Now()
+		what := "the feed's copy of the sink's applied position"
 		var err error
 		theirs, err = p.cfg.Client.HGet(ctx, p.cfg.Keys.Applied(), group).Result()
 		if errors.Is(err, redis.Nil) {
 			theirs, err = "", nil
 		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			d := bo.Next()
-			p.redisFailed(began, "cannot read the feed's copy of the sink's applied position; retrying", err, logkey.RetryIn, d.String())
-			sleepCtx(ctx, d)
-			continue
+		if err == nil {
+			what = "the sink's applied position"
+			rec, err = p.cfg.Positions.Applied(ctx, stream, group)
 		}
-		rec, err = p.cfg.Positions.Applied(ctx, stream, group)
 		if err == nil {
 			err = redisx.ValidPosition(rec)
 		}
@@ -95,10 +90,10 @@ func (p *Pool) startApplied(ctx context.Context) error {
 			return ctx.Err()
 		}
 		if redisx.IsPermanent(err) {
-			return fmt.Errorf("read the sink's applied position: %w", err)
+			return fmt.Errorf("read %s: %w", what, err)
 		}
 		d := bo.Next()
-		p.redisFailed(began, "cannot read the sink's applied position; retrying", err, logkey.RetryIn, d.String())
+		p.redisFailed(began, "cannot read "+what+"; retrying", err, logkey.RetryIn, d.String())
 		sleepCtx(ctx, d)
 	}
 	var infoS *redis.XInfoStreamCmd
@@ -188,9 +183,9 @@ func (p *Pool) replayAfter(be *redisx.BehindError, to string, st redisx.StreamSt
 	from := be.Recorded.Low
 	switch {
 	case from == "":
-		return fmt.Errorf("%w: %v; it records no low-water mark to hand the entries on again from: re-initialize the group with a bootstrap", redisx.ErrHistoryLost, be)
+		return fmt.Errorf("%w: %v; it records no low-water mark to hand the entries on again from: "+redisx.BootstrapAdvice, redisx.ErrHistoryLost, be)
 	case st.Length > 0 && redisx.LessID(from, st.FirstID) && from != st.FirstID:
-		return fmt.Errorf("%w: %v; the entries to hand on again start at %s, but the stream's oldest entry is %s (%w): re-initialize the group with a bootstrap",
+		return fmt.Errorf("%w: %v; the entries to hand on again start at %s, but the stream's oldest entry is %s (%w): "+redisx.BootstrapAdvice,
 			redisx.ErrHistoryLost, be, from, st.FirstID, errReplayTrimmed)
 	}
 	if to == "" || redisx.LessID(to, from) {
@@ -227,7 +222,7 @@ func (p *Pool) replay(ctx context.Context, from, to string, n int) error {
 		return err
 	}
 	if f := first.Val(); len(f) > 0 && redisx.LessID(from, f[0].ID) {
-		return fmt.Errorf("%w: the sink's store lost writes and the entries to hand on again start at %s, but the stream's oldest entry is %s (%w): re-initialize the group with a bootstrap",
+		return fmt.Errorf("%w: the sink's store lost writes and the entries to hand on again start at %s, but the stream's oldest entry is %s (%w): "+redisx.BootstrapAdvice,
 			redisx.ErrHistoryLost, from, f[0].ID, errReplayTrimmed)
 	}
 	got := msgs.Val()

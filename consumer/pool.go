@@ -1211,7 +1211,7 @@ func (p *Pool) reclaimPass(ctx context.Context) {
 				p.gone.Add(int64(len(deleted)))
 				p.historyLost(&redisx.HistoryLostError{Feed: p.cfg.Keys.Feed(), Stream: p.cfg.Keys.Events(), State: st, Group: g})
 			} else {
-				p.historyLost(fmt.Errorf("%d pending entries are gone from the stream (%w; the oldest %s): re-initialize the group with a bootstrap",
+				p.historyLost(fmt.Errorf("%d pending entries are gone from the stream (%w; the oldest %s): "+redisx.BootstrapAdvice,
 					len(deleted), redisx.ErrHistoryLost, deleted[0]))
 			}
 			return

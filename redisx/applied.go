@@ -170,7 +170,7 @@ func (e *StreamRolledBackError) Error() string {
 	return fmt.Sprintf("history lost: the feed's Redis no longer holds entry %s of %s, which consumer group %q may have applied "+
 		"(its last delivered id is %s, the stream's last id %s): Redis lost writes it had acknowledged — restarted from an append-only file "+
 		"that missed them (appendfsync everysec and a power failure) or failed over to a replica that lagged — and no relay repaired the loss. "+
-		"Documents of the lost entries deleted since will never be deleted in the sink; re-initialize the group with a bootstrap",
+		"Documents of the lost entries deleted since will never be deleted in the sink; "+BootstrapAdvice,
 		e.Applied, e.Stream, e.Group, e.LastDelivered, e.State.LastID)
 }
 

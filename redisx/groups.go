@@ -68,6 +68,10 @@ func (g GroupState) HistoryLost() bool { return g.Lost() != 0 }
 // longer see every change of the feed (see HistoryLostError).
 var ErrHistoryLost = errors.New("history lost")
 
+// BootstrapAdvice ends the messages of history losses: what fixes them.
+// The CLI replaces it by the command (cmdflags.ExplainLost).
+const BootstrapAdvice = "re-initialize the group with a bootstrap"
+
 // HistoryLostError says which entries a group can no longer read (Loss),
 // and that a bootstrap re-initializes it. Its message names no command:
 // the CLI says which one to run.

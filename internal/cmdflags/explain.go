@@ -77,10 +77,8 @@ func ExplainLost(err error, feed, group string) error {
 	if !errors.Is(err, redisx.ErrHistoryLost) || errors.As(err, &he) {
 		return err
 	}
-	// The library's own advice ("…: re-initialize the group with a
-	// bootstrap") becomes the command, said once.
-	const libs = "re-initialize the group with a bootstrap"
-	if msg, ok := strings.CutSuffix(err.Error(), libs); ok {
+	// The library's own advice becomes the command, said once.
+	if msg, ok := strings.CutSuffix(err.Error(), redisx.BootstrapAdvice); ok {
 		return advised{err: err, msg: msg + "re-initialize the group with " + bootstrapCommand(feed, group)}
 	}
 	return fmt.Errorf("%w; re-initialize the group with %s", err, bootstrapCommand(feed, group))

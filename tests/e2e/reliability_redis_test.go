@@ -392,7 +392,7 @@ func TestReliability_RedisRestartedAOF(t *testing.T) {
 			srv := redistest.Start(t, opts)
 			r := startRedisFaultRig(t, srv, "aof-"+fsync, 2)
 			var relayResume, consumerResume []time.Duration
-			var lost []int64 // per kill that lost commits: what the relay recorded
+			var lost []int64 // per counted kill: commits acknowledged before it that its AOF lacks
 			var missed []string
 			attempts := 0
 			for lossy := 0; lossy < kills; attempts++ {
